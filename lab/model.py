@@ -1,0 +1,223 @@
+"""The Transformer: attention, one block for both norm placements, decoder-only and encoder-decoder.
+
+Vocabulary follows TransformerLens: d_model, n_heads, n_layers, d_head, d_ff (d_mlp), n_ctx;
+"pattern" = post-softmax attention weights. Training runs the fused
+`scaled_dot_product_attention`; with `need_weights=True` the explicit softmax path runs and
+its patterns come back in `ModelOutput.attention` (never stored on the module), so a
+trainer thread and an inspector can use the same class safely.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from lab.config import ModelConfig
+from lab.positional import EMBED_STD, PositionalEncoding, build_positional
+
+IGNORE_INDEX = -100  # target value of positions left out of the loss (minGPT's convention)
+
+
+@dataclass
+class ModelOutput:
+    logits: Tensor  # (B, T, vocab)
+    loss: Optional[Tensor] = None  # mean cross-entropy over targets != IGNORE_INDEX
+    # kind ("enc_self", "dec_self", "cross") -> (n_layers, B, n_heads, Tq, Tk); only with need_weights
+    attention: dict[str, Tensor] = field(default_factory=dict)
+
+
+class Attention(nn.Module):
+    """Multi-head scaled dot-product attention (Vaswani et al. 2017, sec. 3.2).
+
+    `in_proj` stacks Wq, Wk, Wv by rows, as `torch.nn.MultiheadAttention.in_proj_weight` does.
+    Self-attention takes all three from x; cross-attention takes Q from x and K, V from memory.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads, self.d_head, self.p_drop = cfg.n_heads, cfg.d_head, cfg.dropout
+        self.in_proj = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Optional[Tensor],
+        pe: Optional[PositionalEncoding],
+        causal: bool,
+        need_weights: bool,
+    ) -> tuple[Tensor, Optional[Tensor]]:
+        B, T, d = x.shape
+        if memory is None:
+            q, k, v = self.in_proj(x).split(d, dim=2)  # 3 x (B, T, d)
+        else:
+            w, b = self.in_proj.weight, self.in_proj.bias
+            q = F.linear(x, w[:d], b[:d])  # (B, T, d)
+            k, v = F.linear(memory, w[d:], b[d:]).split(d, dim=2)  # 2 x (B, S, d)
+        S = k.shape[1]
+        q = q.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, dh)
+        k = k.view(B, S, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, S, dh)
+        v = v.view(B, S, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, S, dh)
+        bias = None
+        if pe is not None:  # self-attention only: relative encodings act here
+            q, k = pe.rotate(q, k)
+            bias = pe.attn_bias(T, S, causal, x.device)  # (H, T, S) or None
+        p_drop = self.p_drop if self.training else 0.0
+        pattern = None
+        if need_weights:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B, H, T, S)
+            if bias is not None:
+                scores = scores + bias
+            elif causal:
+                future = torch.ones(T, S, dtype=torch.bool, device=x.device).triu(1)
+                scores = scores.masked_fill(future, float("-inf"))
+            pattern = scores.softmax(dim=-1)  # (B, H, T, S); rows sum to 1
+            y = F.dropout(pattern, p_drop, self.training) @ v  # (B, H, T, dh)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias, dropout_p=p_drop, is_causal=causal and bias is None
+            )  # (B, H, T, dh)
+        y = y.transpose(1, 2).reshape(B, T, d)  # (B, T, d)
+        return self.out_proj(y), pattern
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network (Vaswani et al. 2017, sec. 3.3)."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.fc2 = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.act = nn.GELU() if cfg.activation == "gelu" else nn.ReLU()
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fc2(self.drop(self.act(self.fc1(x))))
+
+
+class Block(nn.Module):
+    """One encoder block (self-attention, FF) or decoder block (masked self-attention, cross, FF).
+
+    Norm placement, written out side by side:
+      pre  (Xiong et al. 2020; GPT-2):  x = x + f(LN(x))   and the stack ends with a final LN
+      post (Vaswani et al. 2017):       x = LN(x + f(x))   and no final LN
+      none:                             x = x + f(x)
+    `d_ff = 0` drops the feed-forward sublayer (attention-only, as in Olsson et al. 2022).
+    """
+
+    def __init__(self, cfg: ModelConfig, causal: bool, cross: bool) -> None:
+        super().__init__()
+        self.norm, self.causal = cfg.norm, causal
+        self.self_attn = Attention(cfg)
+        self.cross_attn = Attention(cfg) if cross else None
+        self.ff = FeedForward(cfg) if cfg.d_ff > 0 else None
+        n_sub = 1 + int(cross) + int(cfg.d_ff > 0)
+        make = (lambda: nn.LayerNorm(cfg.d_model)) if cfg.norm != "none" else nn.Identity
+        self.norms = nn.ModuleList([make() for _ in range(n_sub)])
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def _sub(self, x: Tensor, i: int, f) -> tuple[Tensor, Optional[Tensor]]:
+        if self.norm == "pre":
+            y, pattern = f(self.norms[i](x))
+            return x + self.drop(y), pattern
+        y, pattern = f(x)
+        out = x + self.drop(y)
+        return (self.norms[i](out) if self.norm == "post" else out), pattern
+
+    def forward(
+        self, x: Tensor, memory: Optional[Tensor], pe: PositionalEncoding, need_weights: bool
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        patterns: dict[str, Tensor] = {}
+        x, patterns["self"] = self._sub(x, 0, lambda h: self.self_attn(h, None, pe, self.causal, need_weights))
+        i = 1
+        if self.cross_attn is not None:
+            x, patterns["cross"] = self._sub(
+                x, i, lambda h: self.cross_attn(h, memory, None, False, need_weights)
+            )
+            i += 1
+        if self.ff is not None:
+            x, _ = self._sub(x, i, lambda h: (self.ff(h), None))
+        return x, patterns
+
+
+class Transformer(nn.Module):
+    """Decoder-only (GPT-style, causal) or encoder-decoder (Vaswani et al. 2017) Transformer.
+
+    One token embedding is shared by encoder and decoder (one vocabulary); the output head is a
+    separate matrix (no weight tying). Decoder-only reads `idx` = prompt SEP answer; the
+    encoder-decoder reads the prompt as `src` and the shifted answer as `idx`.
+    """
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
+        super().__init__()
+        self.cfg, self.vocab_size = cfg, vocab_size
+        self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
+        self.pos = build_positional(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+        enc_dec = cfg.arch == "encoder-decoder"
+        self.encoder = nn.ModuleList([Block(cfg, causal=False, cross=False) for _ in range(cfg.n_layers)]) if enc_dec else None
+        self.decoder = nn.ModuleList([Block(cfg, causal=True, cross=enc_dec) for _ in range(cfg.n_layers)])
+        final = (lambda: nn.LayerNorm(cfg.d_model)) if cfg.norm == "pre" else nn.Identity
+        self.enc_norm = final() if enc_dec else None
+        self.dec_norm = final()
+        self.head = nn.Linear(cfg.d_model, vocab_size, bias=False)
+        self.apply(self._init)
+        for name, p in self.named_parameters():  # GPT-2: scale residual projections by depth
+            if name.endswith(("out_proj.weight", "fc2.weight")):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * cfg.n_layers))
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, std=EMBED_STD)
+
+    def _stack(self, blocks: nn.ModuleList, x: Tensor, memory: Optional[Tensor], need_weights: bool):
+        patterns: dict[str, list[Tensor]] = {}
+        for block in blocks:
+            x, p = block(x, memory, self.pos, need_weights)
+            for kind, pat in p.items():
+                if pat is not None:
+                    patterns.setdefault(kind, []).append(pat)
+        return x, {k: torch.stack(v) for k, v in patterns.items()}  # (L, B, H, Tq, Tk)
+
+    def forward(
+        self,
+        idx: Tensor,
+        src: Optional[Tensor] = None,
+        targets: Optional[Tensor] = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        attention: dict[str, Tensor] = {}
+        memory = None
+        if self.encoder is not None:
+            if src is None:
+                raise ValueError("an encoder-decoder model needs `src`")
+            h = self.drop(self.pos.embed(self.tok_emb(src)))  # (B, S, d)
+            h, enc = self._stack(self.encoder, h, None, need_weights)
+            memory = self.enc_norm(h)
+            attention.update({"enc_self": enc["self"]} if enc else {})
+        x = self.drop(self.pos.embed(self.tok_emb(idx)))  # (B, T, d)
+        x, dec = self._stack(self.decoder, x, memory, need_weights)
+        if dec:
+            attention["dec_self"] = dec["self"]
+            if "cross" in dec:
+                attention["cross"] = dec["cross"]
+        logits = self.head(self.dec_norm(x))  # (B, T, vocab)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX
+            )
+        return ModelOutput(logits=logits, loss=loss, attention=attention)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

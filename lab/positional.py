@@ -1,0 +1,221 @@
+"""Positional encodings: one class per technique, one registry keyed by the config literal.
+
+A position can enter the model in three places, and each class overrides only its own:
+  - `embed`:     added to the residual stream after the token embedding (sinusoidal, learned)
+  - `rotate`:    applied to queries and keys inside self-attention (RoPE)
+  - `attn_bias`: added to attention scores inside self-attention (ALiBi)
+The model calls every hook unconditionally; there is no `if pos == "rope"` outside this file.
+Cross-attention (encoder-decoder) gets no positional hooks: its queries and keys come from
+different sequences, so only the absolute encodings of each stream carry position there.
+
+For the PCA view each class offers `table(n)` (per-position vectors, where they exist) and
+`relative_pattern(n)` (what the relative encodings impose instead).
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+from lab.config import ModelConfig
+
+# Token embeddings and learned positions start at the RMS of the sinusoidal table (1/sqrt 2),
+# so every absolute encoding enters the residual stream at the same scale as the tokens.
+EMBED_STD = 1 / math.sqrt(2)
+
+
+class PositionalEncoding(nn.Module):
+    """Base class: every hook is a no-op. Also the "none" (NoPE) encoding."""
+
+    name = "none"
+    explanation = "No positional information: attention is permutation-invariant except for the causal mask."
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+
+    def embed(self, x: Tensor) -> Tensor:
+        """x: (B, T, d_model) token embeddings -> the residual stream input."""
+        return x
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """q: (B, H, Tq, d_head), k: (B, H, Tk, d_head)."""
+        return q, k
+
+    def attn_bias(self, t_q: int, t_k: int, causal: bool, device: torch.device) -> Optional[Tensor]:
+        """Additive score bias of shape (H, Tq, Tk), with -inf where masked; None = no bias."""
+        return None
+
+    def table(self, n: int) -> Optional[Tensor]:
+        """(n, d_model) vectors added at positions 0..n-1, or None where there are none."""
+        return None
+
+    def relative_pattern(self, n: int) -> Optional[Tensor]:
+        """(H, n, n) pattern the encoding imposes between query i and key j, or None."""
+        return None
+
+
+class Sinusoidal(PositionalEncoding):
+    """Fixed sine/cosine table (Vaswani et al. 2017, "Attention Is All You Need", sec. 3.5).
+
+    PE[pos, 2i] = sin(pos / 10000^(2i/d)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d)), interleaved.
+    Positions beyond n_ctx are computed on the fly, so longer inputs still get a value.
+    """
+
+    name = "sinusoidal"
+    explanation = "A fixed sine/cosine table added to the embeddings; PE[p]·PE[p+k] depends on k only."
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.register_buffer("pe", sinusoidal_table(cfg.n_ctx, cfg.d_model), persistent=False)
+
+    def embed(self, x: Tensor) -> Tensor:
+        return x + self.table(x.shape[1]).to(x.dtype)  # (T, d) broadcasts over batch
+
+    def table(self, n: int) -> Tensor:
+        if n <= self.pe.shape[0]:
+            return self.pe[:n]
+        return sinusoidal_table(n, self.cfg.d_model).to(self.pe.device)
+
+
+def sinusoidal_table(n: int, d: int) -> Tensor:
+    pos = torch.arange(n, dtype=torch.float64)[:, None]  # (n, 1)
+    inv = torch.pow(10000.0, -torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
+    pe = torch.zeros(n, d, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * inv)
+    pe[:, 1::2] = torch.cos(pos * inv)
+    return pe.float()
+
+
+class Learned(PositionalEncoding):
+    """A trained vector per absolute position (GPT-2, Radford et al. 2019; BERT).
+
+    Positions never seen in training keep their random initial vectors, which is why
+    this encoding rarely generalises beyond the training length.
+    """
+
+    name = "learned"
+    explanation = "One trained vector per position, added to the embeddings; limited to n_ctx positions."
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.weight = nn.Parameter(torch.randn(cfg.n_ctx, cfg.d_model) * EMBED_STD)
+
+    def embed(self, x: Tensor) -> Tensor:
+        t = x.shape[1]
+        if t > self.weight.shape[0]:
+            raise ValueError(f"sequence length {t} exceeds model.n_ctx={self.weight.shape[0]} for 'learned'")
+        return x + self.weight[:t]
+
+    def table(self, n: int) -> Tensor:
+        return self.weight[: min(n, self.weight.shape[0])].detach()
+
+
+class Rotary(PositionalEncoding):
+    """Rotary position embedding (Su et al. 2021, RoFormer, eqs. 12-16).
+
+    theta_i = 10000^(-2(i-1)/d_head); the pair (x_i, x_{i+d/2}) of each query and key is rotated
+    by m * theta_i at position m, so q_m·k_n depends on m - n only. We use the split-halves
+    layout (GPT-NeoX) rather than RoFormer's interleaved pairs: equally correct, not
+    weight-compatible. Values are not rotated. cos/sin tables are cached up to n_ctx.
+    """
+
+    name = "rope"
+    explanation = "Rotates queries and keys by an angle proportional to position: scores depend on offsets only."
+
+    def __init__(self, cfg: ModelConfig, base: float = 10000.0) -> None:
+        super().__init__(cfg)
+        self.base = base
+        cos, sin = self._tables(cfg.n_ctx)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def _tables(self, n: int) -> tuple[Tensor, Tensor]:
+        dh = self.cfg.d_head
+        inv = self.base ** (-torch.arange(0, dh, 2, dtype=torch.float64) / dh)  # (dh/2,)
+        ang = torch.arange(n, dtype=torch.float64)[:, None] * inv  # (n, dh/2)
+        ang = torch.cat([ang, ang], dim=-1)  # (n, dh): the same angle for both halves of a pair
+        return ang.cos().float(), ang.sin().float()
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        n = max(q.shape[-2], k.shape[-2])
+        cos, sin = (self.cos, self.sin) if n <= self.cos.shape[0] else (t.to(q.device) for t in self._tables(n))
+        return _apply_rotary(q, cos, sin), _apply_rotary(k, cos, sin)
+
+    def relative_pattern(self, n: int) -> Tensor:
+        """Score of a fixed all-ones query/key pair per head offset: cos-sum over the frequencies."""
+        dh = self.cfg.d_head
+        inv = self.base ** (-torch.arange(0, dh, 2, dtype=torch.float64) / dh)
+        rel = torch.arange(n)[:, None] - torch.arange(n)[None, :]  # (n, n): i - j
+        pat = torch.cos(rel[..., None].double() * inv).mean(-1).float()  # (n, n)
+        return pat.expand(self.cfg.n_heads, n, n).clone()
+
+
+def _apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    t = x.shape[-2]
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # (B, H, T, dh)
+    return x * cos[:t].to(x.dtype) + rotated * sin[:t].to(x.dtype)
+
+
+class ALiBi(PositionalEncoding):
+    """Attention with Linear Biases (Press et al. 2021, "Train Short, Test Long").
+
+    No position vectors: the score of query i and key j gets -m_h * |i - j| (for causal
+    attention j <= i, so this is the paper's -m_h * (i - j)). Slopes follow the official code,
+    including its rule for head counts that are not powers of two. "alibi" means ALiBi only:
+    no absolute encoding hides underneath.
+    """
+
+    name = "alibi"
+    explanation = "Adds -slope·distance to attention scores: a per-head recency bias, no position vectors."
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__(cfg)
+        self.register_buffer("slopes", torch.tensor(alibi_slopes(cfg.n_heads)), persistent=False)
+        self._cache: dict[tuple, Tensor] = {}
+
+    def attn_bias(self, t_q: int, t_k: int, causal: bool, device: torch.device) -> Tensor:
+        key = (t_q, t_k, causal, str(device))
+        bias = self._cache.get(key)
+        if bias is None:
+            bias = self.relative_pattern_rect(t_q, t_k).to(device)  # (H, Tq, Tk)
+            if causal:
+                future = torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(1)
+                bias = bias.masked_fill(future, float("-inf"))
+            if len(self._cache) > 16:
+                self._cache.clear()
+            self._cache[key] = bias
+        return bias
+
+    def relative_pattern_rect(self, t_q: int, t_k: int) -> Tensor:
+        dist = (torch.arange(t_q)[:, None] - torch.arange(t_k)[None, :]).abs().float()  # (Tq, Tk)
+        return -self.slopes.cpu()[:, None, None] * dist  # (H, Tq, Tk)
+
+    def relative_pattern(self, n: int) -> Tensor:
+        return self.relative_pattern_rect(n, n)
+
+
+def alibi_slopes(n_heads: int) -> list[float]:
+    """Head slopes of ALiBi, as in the official implementation (ofirpress/attention_with_linear_biases)."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        return power_of_two(n_heads)
+    closest = 2 ** math.floor(math.log2(n_heads))
+    return power_of_two(closest) + power_of_two(2 * closest)[0::2][: n_heads - closest]
+
+
+REGISTRY: dict[str, type[PositionalEncoding]] = {
+    cls.name: cls for cls in (Sinusoidal, Learned, Rotary, ALiBi, PositionalEncoding)
+}
+
+
+def build_positional(cfg: ModelConfig) -> PositionalEncoding:
+    return REGISTRY[cfg.pos](cfg)

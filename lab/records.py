@@ -1,0 +1,54 @@
+"""Small frozen records passed from the trainer to its callbacks (and on to the store).
+
+They are plain data (floats, ints, numpy arrays), so a job thread can hand them to
+other threads and the store can write them without touching the live model.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One optimisation step (sent every `log_every` steps and at the last step)."""
+
+    step: int  # 1-based count of optimizer steps done
+    loss: float  # training loss on this step's batch (answer positions only)
+    lr: float
+    grad_norm: float  # global gradient norm before clipping
+    tokens: int  # cumulative scored tokens processed
+    elapsed_s: float  # wall seconds since training started
+    tokens_per_s: float  # throughput over the recent window
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    """Held-out metrics at the training lengths and beyond them (ood)."""
+
+    step: int
+    elapsed_s: float
+    tokens: int
+    loss: float
+    token_acc: float
+    exact_match: float
+    ood_loss: Optional[float] = None  # None when the task has no longer lengths
+    ood_token_acc: Optional[float] = None
+    ood_exact_match: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """Attention patterns for the run's fixed probe input at one step.
+
+    `patterns` maps an attention kind ("enc_self", "dec_self", "cross") to an array
+    of shape (n_layers, n_heads, T_query, T_key), post-softmax, float32.
+    """
+
+    step: int
+    patterns: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+Record = StepRecord | EvalRecord | SnapshotRecord

@@ -1,0 +1,320 @@
+"""Toy sequence tasks: a registry of seeded generators of (input, target) batches.
+
+Sequence-to-sequence tasks produce a prompt and its answer. A decoder-only model reads
+`prompt SEP answer` and is scored on the answer positions only (minGPT's ignore_index
+convention); an encoder-decoder reads the prompt in the encoder and `SEP answer[:-1]` in the
+decoder. Language-model tasks (induction) produce one sequence and a mask of scored positions.
+Every batch uses a single length, so no padding or padding masks are ever needed. Exact-match
+under teacher forcing equals greedy decoding being right: every step's argmax is the answer.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from lab.config import ConfigError, TaskConfig
+
+IGNORE_INDEX = -100
+EVAL_SEED = 1_000_003  # held-out batches never share the training generator's stream
+PROBE_SEED = 7
+
+
+@dataclass(frozen=True)
+class Batch:
+    inp: Tensor  # (B, T) decoder input tokens
+    tgt: Tensor  # (B, T) next-token targets, IGNORE_INDEX where not scored
+    src: Optional[Tensor] = None  # (B, S) encoder input (encoder-decoder only)
+
+    def to(self, device: torch.device | str) -> "Batch":
+        src = None if self.src is None else self.src.to(device, non_blocking=True)
+        return Batch(self.inp.to(device, non_blocking=True), self.tgt.to(device, non_blocking=True), src)
+
+
+class Task:
+    """A sequence-to-sequence task: subclasses define the prompt, the answer and the alphabet."""
+
+    name = ""
+    description = ""
+    lm = False  # language-model tasks score positions of one sequence (decoder only)
+    has_ood = True  # does a longer-than-training evaluation make sense?
+
+    # ---- what a subclass defines -----------------------------------------
+    def n_symbols(self, cfg: TaskConfig) -> int:
+        return cfg.n_symbols
+
+    def prompt_len(self, cfg: TaskConfig, length: int) -> int:
+        return length
+
+    def answer_len(self, cfg: TaskConfig, length: int) -> int:
+        return length
+
+    def gen_prompt(self, cfg: TaskConfig, length: int, n: int, gen: torch.Generator, split: str) -> Tensor:
+        return torch.randint(0, cfg.n_symbols, (n, length), generator=gen)
+
+    def solve(self, cfg: TaskConfig, prompt: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def symbol_label(self, cfg: TaskConfig, tok: int) -> str:
+        return str(tok)
+
+    # ---- shared machinery --------------------------------------------------
+    def vocab_size(self, cfg: TaskConfig) -> int:
+        return self.n_symbols(cfg) + 1  # + SEP
+
+    def sep(self, cfg: TaskConfig) -> int:
+        return self.n_symbols(cfg)
+
+    def label(self, cfg: TaskConfig, tok: int) -> str:
+        return "|" if tok == self.sep(cfg) else self.symbol_label(cfg, tok)
+
+    def check(self, cfg: TaskConfig, arch: str) -> None:
+        """Raise ConfigError if the task cannot run with this architecture."""
+
+    def max_seq_len(self, cfg: TaskConfig, arch: str) -> int:
+        self.check(cfg, arch)
+        n = cfg.ood_max_len if self.has_ood else cfg.max_len
+        p, a = self.prompt_len(cfg, n), self.answer_len(cfg, n)
+        return max(p, a) if arch == "encoder-decoder" else p + a
+
+    def lengths(self, cfg: TaskConfig, split: str) -> list[int]:
+        if split == "ood":
+            return list(range(cfg.max_len + 1, cfg.ood_max_len + 1)) if self.has_ood else []
+        return list(range(cfg.min_len, cfg.max_len + 1))
+
+    def batch(self, cfg: TaskConfig, arch: str, n: int, gen: torch.Generator,
+              length: Optional[int] = None, split: str = "train") -> Batch:
+        if length is None:
+            lo, hi = cfg.min_len, cfg.max_len
+            length = int(torch.randint(lo, hi + 1, (1,), generator=gen))
+        prompt = self.gen_prompt(cfg, length, n, gen, split)  # (n, P)
+        return self.layout(cfg, arch, prompt, self.solve(cfg, prompt))
+
+    def layout(self, cfg: TaskConfig, arch: str, prompt: Tensor, answer: Tensor) -> Batch:
+        n, p = prompt.shape
+        sep = torch.full((n, 1), self.sep(cfg), dtype=torch.long)
+        if arch == "encoder-decoder":
+            return Batch(inp=torch.cat([sep, answer[:, :-1]], 1), tgt=answer.clone(), src=prompt)
+        full = torch.cat([prompt, sep, answer], 1)  # (n, P + 1 + A)
+        tgt = full[:, 1:].clone()
+        tgt[:, :p] = IGNORE_INDEX  # score the answer only
+        return Batch(inp=full[:, :-1].contiguous(), tgt=tgt)
+
+
+class Copy(Task):
+    name, description = "copy", "Repeat the input sequence."
+
+    def solve(self, cfg, prompt):
+        return prompt.clone()
+
+
+class Reverse(Task):
+    name, description = "reverse", "Write the input backwards."
+
+    def solve(self, cfg, prompt):
+        return prompt.flip(1)
+
+
+class Sort(Task):
+    name, description = "sort", "Sort the symbols in ascending order (half the samples with many repeats)."
+
+    def gen_prompt(self, cfg, length, n, gen, split):
+        x = torch.randint(0, cfg.n_symbols, (n, length), generator=gen)
+        few = max(1, cfg.n_symbols // 3)  # minGPT's demo: many repeats make sorting harder
+        base = torch.randint(0, cfg.n_symbols - few + 1, (n, 1), generator=gen)
+        rep = base + torch.randint(0, few, (n, length), generator=gen)
+        use_rep = torch.rand(n, 1, generator=gen) < 0.5
+        return torch.where(use_rep, rep, x)
+
+    def solve(self, cfg, prompt):
+        return prompt.sort(dim=1).values
+
+
+class Addition(Task):
+    """a + b with `length` digits each; answer digits reversed, least significant first (minGPT adder)."""
+
+    name, description = "addition", "Add two numbers; the answer is written least-significant digit first."
+
+    def n_symbols(self, cfg):
+        return 11  # digits and '+'
+
+    def prompt_len(self, cfg, length):
+        return 2 * length + 1
+
+    def answer_len(self, cfg, length):
+        return length + 1
+
+    def gen_prompt(self, cfg, length, n, gen, split):
+        a = torch.randint(0, 10, (n, length), generator=gen)
+        b = torch.randint(0, 10, (n, length), generator=gen)
+        return torch.cat([a, torch.full((n, 1), 10), b], 1)  # (n, 2L + 1), most significant first
+
+    def solve(self, cfg, prompt):
+        length = (prompt.shape[1] - 1) // 2
+        a, b = prompt[:, :length].flip(1), prompt[:, length + 1:].flip(1)  # least significant first
+        out, carry = [], torch.zeros(prompt.shape[0], dtype=torch.long)
+        for i in range(length):
+            s = a[:, i] + b[:, i] + carry
+            out.append(s % 10)
+            carry = s // 10
+        return torch.stack(out + [carry], 1)  # (n, L + 1)
+
+    def symbol_label(self, cfg, tok):
+        return "+" if tok == 10 else str(tok)
+
+
+class ModularAddition(Task):
+    """(a + b) mod p from the tokens `a b =`, scored at `=` only (Power et al. 2022, grokking).
+
+    The (a, b) pairs are split once, with a fixed seed, into train_fraction for training and the
+    rest held out, so test accuracy measures generalisation to unseen pairs.
+    """
+
+    name, description = "modular_addition", "Compute (a + b) mod p; most pairs are held out (grokking)."
+    has_ood = False
+
+    def n_symbols(self, cfg):
+        return cfg.modulus
+
+    def prompt_len(self, cfg, length):
+        return 2
+
+    def answer_len(self, cfg, length):
+        return 1
+
+    def lengths(self, cfg, split):
+        return [] if split == "ood" else [2]
+
+    @functools.lru_cache(maxsize=16)
+    def pairs(self, cfg: TaskConfig, split: str) -> Tensor:
+        p = cfg.modulus
+        perm = torch.randperm(p * p, generator=torch.Generator().manual_seed(0))
+        n_train = max(1, int(round(cfg.train_fraction * p * p)))
+        idx = perm[:n_train] if split == "train" else perm[n_train:]
+        return torch.stack([idx // p, idx % p], 1)  # (N, 2)
+
+    def gen_prompt(self, cfg, length, n, gen, split):
+        pairs = self.pairs(cfg, "train" if split == "train" else "test")
+        return pairs[torch.randint(0, pairs.shape[0], (n,), generator=gen)]
+
+    def solve(self, cfg, prompt):
+        return (prompt.sum(1, keepdim=True)) % cfg.modulus
+
+    def label(self, cfg, tok):
+        return "=" if tok == self.sep(cfg) else str(tok)
+
+
+class Parity(Task):
+    name, description = "parity", "Is the number of 1s odd? One answer token."
+
+    def n_symbols(self, cfg):
+        return 2
+
+    def answer_len(self, cfg, length):
+        return 1
+
+    def gen_prompt(self, cfg, length, n, gen, split):
+        return torch.randint(0, 2, (n, length), generator=gen)
+
+    def solve(self, cfg, prompt):
+        return prompt.sum(1, keepdim=True) % 2
+
+
+class Histogram(Task):
+    """For each input symbol, how often it occurs in the input (Weiss et al. 2021, RASP)."""
+
+    name, description = "histogram", "For each symbol, count how often it appears in the input."
+
+    def vocab_size(self, cfg):
+        return cfg.n_symbols + cfg.ood_max_len + 1  # symbols, counts 1..max, SEP
+
+    def sep(self, cfg):
+        return cfg.n_symbols + cfg.ood_max_len
+
+    def solve(self, cfg, prompt):
+        counts = (prompt[:, :, None] == prompt[:, None, :]).sum(-1)  # (n, L)
+        return cfg.n_symbols + counts - 1
+
+    def symbol_label(self, cfg, tok):
+        return str(tok) if tok < cfg.n_symbols else f"#{tok - cfg.n_symbols + 1}"
+
+
+class Induction(Task):
+    """Random tokens, then a random segment repeated periodically from a random offset.
+
+    The loss covers the repeats only; predicting them needs an induction head: find the
+    previous occurrence of the current token and copy what followed it (Olsson et al. 2022).
+    The offset is random because a fixed one lets a single layer solve the task by position.
+    """
+
+    name, description = "induction", "Continue a repeated random segment (needs an induction head)."
+    lm = True
+
+    def check(self, cfg, arch):
+        if arch != "decoder":
+            raise ConfigError("task.name", "'induction' is a language-model task: it needs model.arch 'decoder'")
+        if cfg.min_len < 4:
+            raise ConfigError("task.min_len", f"{cfg.min_len} is too short for 'induction' (allowed: >= 4)")
+
+    def vocab_size(self, cfg):
+        return cfg.n_symbols
+
+    def sep(self, cfg):
+        return -1
+
+    def max_seq_len(self, cfg, arch):
+        self.check(cfg, arch)
+        return cfg.ood_max_len - 1
+
+    def batch(self, cfg, arch, n, gen, length=None, split="train"):
+        if length is None:
+            length = int(torch.randint(cfg.min_len, cfg.max_len + 1, (1,), generator=gen))
+        seq, scored = induction_sequences(cfg.n_symbols, length, n, gen)
+        tgt = seq[:, 1:].masked_fill(~scored[:, 1:], IGNORE_INDEX)
+        return Batch(inp=seq[:, :-1].contiguous(), tgt=tgt)
+
+
+def induction_sequences(vocab: int, length: int, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+    """(seq, scored): (n, length) tokens and a mask of positions predictable from a repeat."""
+    seq = torch.randint(0, vocab, (n, length), generator=gen)
+    hi = max(2, length // 2)
+    period = torch.randint(2, hi + 1, (n, 1), generator=gen)  # (n, 1)
+    start = (torch.rand(n, 1, generator=gen) * (length - 2 * period + 1).clamp(min=1)).long()
+    pos = torch.arange(length)[None, :]  # (1, length)
+    src = start + (pos - start) % period  # where each repeated position copies from
+    repeated = pos >= start + period
+    seq = torch.where(repeated, seq.gather(1, src.clamp(max=length - 1)), seq)
+    return seq, repeated
+
+
+TASKS: dict[str, Task] = {
+    t.name: t for t in (Copy(), Reverse(), Sort(), Addition(), ModularAddition(), Induction(), Parity(), Histogram())
+}
+
+
+def get_task(name: str) -> Task:
+    return TASKS[name]
+
+
+def eval_batches(cfg: TaskConfig, arch: str, split: str, n_samples: int, batch_size: int = 256) -> list[Batch]:
+    """Deterministic held-out batches spread evenly over the split's lengths ("eval" or "ood")."""
+    task = get_task(cfg.name)
+    lengths = task.lengths(cfg, split)
+    if not lengths:
+        return []
+    gen = torch.Generator().manual_seed(EVAL_SEED + (1 if split == "ood" else 0))
+    per_len = max(1, -(-n_samples // len(lengths)))
+    out = []
+    for length in lengths:
+        for start in range(0, per_len, batch_size):
+            out.append(task.batch(cfg, arch, min(batch_size, per_len - start), gen, length, "eval"))
+    return out
+
+
+def probe(cfg: TaskConfig, arch: str) -> Batch:
+    """The fixed probe input whose attention the store keeps through training: one sample at max_len."""
+    gen = torch.Generator().manual_seed(PROBE_SEED)
+    return get_task(cfg.name).batch(cfg, arch, 1, gen, cfg.max_len, "eval")
