@@ -1,0 +1,335 @@
+"""Background execution: a FIFO queue, worker threads under a concurrency cap, stop, status.
+
+`execute_run` is the synchronous glue between the trainer and the store (the CLI calls
+it directly). `JobManager` runs it on daemon worker threads: a job's exception becomes
+a "failed" status with its message, and the worker goes on to the next job. Status
+snapshots are taken under one lock, from the latest records each job has seen.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from lab.config import RunConfig
+from lab.records import Record, SnapshotRecord, StepRecord
+from lab.runs import LIVE_STATES, TERMINAL_STATES, DamagedRunError, RunStore, now_iso
+
+if TYPE_CHECKING:
+    from lab.trainer import TrainResult
+
+log = logging.getLogger(__name__)
+STATUS_EVERY_S = 2.0  # how often a running job refreshes "step" in status.json
+MAX_FINISHED = 500  # finished jobs remembered in memory (older ones are read from the store)
+_SHUT_DOWN = "job manager shut down before the run started"
+
+
+def error_line(exc: BaseException, limit: int = 1000) -> str:
+    """An exception as one line of text for status.json (its type name if it has no message)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def execute_run(
+    store: RunStore,
+    run_id: str,
+    should_stop: Callable[[], bool] = lambda: False,
+    train_fn: Callable[..., Any] | None = None,
+    threads: int | None = None,
+    on_record: Callable[[Record], None] | None = None,
+) -> TrainResult:
+    """Train a queued run to the end, recording everything in the store; return the
+    TrainResult. Any exception marks the run "failed" (message kept) and is re-raised.
+    `on_record`, if given, also sees every record (after the store has saved it)."""
+    state = store.status(run_id).get("state")
+    if state != "queued":
+        raise ValueError(f"run_id: {run_id!r} is {state}, not queued; only a queued run can start")
+    try:
+        cfg = store.config(run_id)
+        if train_fn is None:
+            from lab.trainer import train as train_fn  # lazy: torch model code loads on first run
+        store.set_status(run_id, "running", started_at=now_iso(), step=0, error=None)
+        last_write = [time.monotonic()]
+
+        def record(rec: Record) -> None:
+            if isinstance(rec, SnapshotRecord):
+                store.save_snapshot(run_id, rec)
+            else:
+                store.append(run_id, rec)
+                now = time.monotonic()
+                if now - last_write[0] >= STATUS_EVERY_S:
+                    store.set_status(run_id, "running", step=rec.step)
+                    last_write[0] = now
+            if on_record is not None:
+                on_record(rec)
+
+        result = train_fn(cfg, on_record=record, should_stop=should_stop, threads=threads)
+        store.save_weights(run_id, result.state_dict)
+        store.write_summary(run_id, summary_of(result))
+        store.set_status(
+            run_id, "stopped" if result.stopped else "completed", step=result.steps_done, finished_at=now_iso()
+        )
+        return result
+    except BaseException as exc:
+        failed = "failed" if isinstance(exc, Exception) else "interrupted"
+        try:
+            store.set_status(run_id, failed, error=error_line(exc), finished_at=now_iso())
+        except Exception:  # the store itself is failing: keep the original error
+            log.exception("could not record the failure of run %s", run_id)
+        raise
+
+
+def summary_of(result: TrainResult) -> dict[str, Any]:
+    """The summary.json dict for a TrainResult."""
+    ev = result.final_eval
+    evals = ood = None
+    if ev is not None:
+        evals = {"loss": ev.loss, "token_acc": ev.token_acc, "exact_match": ev.exact_match}
+        if ev.ood_loss is not None:
+            ood = {"loss": ev.ood_loss, "token_acc": ev.ood_token_acc, "exact_match": ev.ood_exact_match}
+    return {
+        "params": result.params, "steps": result.steps_done, "train_loss": result.final_train_loss,
+        "eval": evals, "ood": ood, "wall_s": result.wall_s, "tokens_per_s": result.tokens_per_s,
+        "device": result.device, "stopped": result.stopped,
+    }
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A snapshot of one run's progress, safe to hand to the UI."""
+
+    run_id: str
+    state: str
+    owner: str
+    step: int
+    total_steps: int
+    queue_position: int | None  # 1-based place in the queue while queued, else None
+    steps_per_s: float | None
+    eta_s: float | None
+    last_loss: float | None
+    error: str | None
+
+
+@dataclass
+class _Job:
+    """The manager's mutable bookkeeping for one submitted run (guarded by the lock)."""
+
+    run_id: str
+    owner: str
+    total_steps: int
+    state: str = "queued"
+    error: str | None = None
+    last_step: StepRecord | None = None
+    stop_event: threading.Event = field(default_factory=threading.Event)
+
+
+def default_max_concurrent() -> int:
+    """LAB_MAX_CONCURRENT, else 4 on CUDA, else one job per CPU core capped at 4."""
+    env = os.environ.get("LAB_MAX_CONCURRENT", "").strip()
+    if env:
+        if not env.isdigit() or not 1 <= int(env) <= 64:
+            raise ValueError(f"LAB_MAX_CONCURRENT: {env!r} is not an integer from 1 to 64")
+        return int(env)
+    import torch
+
+    return 4 if torch.cuda.is_available() else max(1, min(4, os.cpu_count() or 1))
+
+
+class JobManager:
+    """Runs submitted configs on daemon worker threads, at most `max_concurrent` at once."""
+
+    def __init__(
+        self, store: RunStore, max_concurrent: int | None = None, train_fn: Callable[..., Any] | None = None
+    ) -> None:
+        if max_concurrent is None:
+            max_concurrent = default_max_concurrent()
+        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
+            raise ValueError(f"max_concurrent: {max_concurrent!r} is not a positive integer")
+        self.store = store
+        self.max_concurrent = max_concurrent
+        self.train_fn = train_fn
+        self._cond = threading.Condition()
+        self._jobs: dict[str, _Job] = {}
+        self._queue: deque[str] = deque()
+        self._workers: list[threading.Thread] = []
+        self._idle = 0
+        self._closed = False
+
+    def threads_for(self, cfg: RunConfig) -> int:
+        """Intra-op threads for a job. Torch threads are process-global, so concurrent jobs
+        get one each; a lone worker uses the config's choice or every core."""
+        if self.max_concurrent >= 2:
+            return 1
+        return cfg.train.threads or os.cpu_count() or 1
+
+    # ---- commands -----------------------------------------------------------------
+    def submit(self, cfg: RunConfig, owner: str = "") -> str:
+        """Create the run (queued) and enqueue it; returns its id at once."""
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("job manager: shut down; no new runs accepted")
+        run_id = self.store.create(cfg, owner=owner)
+        with self._cond:
+            closed = self._closed  # shut down while the folder was being written
+            if not closed:
+                self._jobs[run_id] = _Job(run_id, owner, cfg.train.steps)
+                self._queue.append(run_id)
+                self._start_worker_if_needed()
+                self._cond.notify()
+        if closed:
+            self.store.set_status(run_id, "interrupted", error=_SHUT_DOWN)
+            raise RuntimeError("job manager: shut down; no new runs accepted")
+        return run_id
+
+    def _start_worker_if_needed(self) -> None:
+        """More queued jobs than idle workers, and room under the cap: start a worker."""
+        if len(self._queue) > self._idle and len(self._workers) < self.max_concurrent:
+            worker = threading.Thread(target=self._work, name=f"lab-job-{len(self._workers)}", daemon=True)
+            self._workers.append(worker)
+            worker.start()
+
+    def stop(self, run_id: str) -> bool:
+        """Dequeue a queued job ("stopped"), or ask a running one to stop at its next step.
+        False if this manager does not know the run or it has finished."""
+        with self._cond:
+            job = self._jobs.get(run_id)
+            if job is None or job.state not in LIVE_STATES:
+                return False
+            if job.state == "running":
+                job.stop_event.set()
+                return True
+            self._queue.remove(run_id)
+            job.state = "stopped"
+            self._cond.notify_all()
+        self.store.set_status(run_id, "stopped", finished_at=now_iso())
+        return True
+
+    def shutdown(self, wait: bool = False, stop_running: bool = True) -> None:
+        """Refuse new runs; queued ones become "interrupted"; running ones are asked to stop
+        (if `stop_running`); with `wait`, block until the workers have exited."""
+        with self._cond:
+            self._closed = True
+            dropped = list(self._queue)
+            self._queue.clear()
+            for run_id in dropped:
+                self._jobs[run_id].state, self._jobs[run_id].error = "interrupted", _SHUT_DOWN
+            if stop_running:
+                for job in self._jobs.values():
+                    if job.state == "running":
+                        job.stop_event.set()
+            self._cond.notify_all()
+            workers = list(self._workers)
+        for run_id in dropped:
+            self.store.set_status(run_id, "interrupted", error=_SHUT_DOWN, finished_at=now_iso())
+        if wait:
+            for worker in workers:
+                worker.join()
+
+    # ---- queries ------------------------------------------------------------------
+    def status(self, run_id: str) -> JobStatus:
+        """Live progress for this manager's jobs; for other runs, what the store says."""
+        with self._cond:
+            job = self._jobs.get(run_id)
+            if job is not None:
+                return self._snapshot(job)
+        return self._from_store(run_id)
+
+    def jobs(self) -> list[JobStatus]:
+        """Every job this manager knows: running, then queued (in order), then finished."""
+        order = {"running": 0, "queued": 1}
+        with self._cond:
+            snaps = [self._snapshot(job) for job in self._jobs.values()]
+        return sorted(snaps, key=lambda s: (order.get(s.state, 2), s.queue_position or 0))
+
+    def wait(self, run_id: str, timeout: float | None = None) -> JobStatus:
+        """Block until the run reaches a terminal state; TimeoutError after `timeout` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            job = self._jobs.get(run_id)
+            while job is not None and job.state in LIVE_STATES:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise TimeoutError(f"run_id: {run_id!r} still {job.state} after {timeout} s")
+                self._cond.wait(left)
+            if job is not None:
+                return self._snapshot(job)
+        while True:  # a run of another process: poll the store
+            snap = self._from_store(run_id)
+            if snap.state in TERMINAL_STATES:
+                return snap
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"run_id: {run_id!r} still {snap.state} after {timeout} s")
+            time.sleep(0.2)
+
+    def _snapshot(self, job: _Job) -> JobStatus:
+        rec = job.last_step
+        step = rec.step if rec else 0
+        rate = rec.step / rec.elapsed_s if rec and rec.elapsed_s > 0 else None
+        live = job.state == "running" and rate
+        return JobStatus(
+            run_id=job.run_id, state=job.state, owner=job.owner, step=step, total_steps=job.total_steps,
+            queue_position=self._queue.index(job.run_id) + 1 if job.state == "queued" else None,
+            steps_per_s=rate, eta_s=max(0.0, (job.total_steps - step) / rate) if live else None,
+            last_loss=rec.loss if rec else None, error=job.error,
+        )
+
+    def _from_store(self, run_id: str) -> JobStatus:
+        status = self.store.status(run_id)
+        try:
+            total = self.store.config(run_id).train.steps
+        except DamagedRunError:
+            total = 0
+        return JobStatus(
+            run_id=run_id, state=str(status.get("state")), owner=str(status.get("owner", "")),
+            step=int(status.get("step") or 0), total_steps=total, queue_position=None,
+            steps_per_s=None, eta_s=None, last_loss=None, error=status.get("error"),
+        )
+
+    # ---- the worker ---------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                self._idle += 1
+                while not self._queue and not self._closed:
+                    self._cond.wait()
+                self._idle -= 1
+                if not self._queue:
+                    return  # closed and nothing left
+                job = self._jobs[self._queue.popleft()]
+                job.state = "running"
+            self._run(job)
+
+    def _run(self, job: _Job) -> None:
+        def seen(rec: Record) -> None:
+            if isinstance(rec, StepRecord):
+                with self._cond:
+                    job.last_step = rec
+
+        state, error = "failed", None
+        try:
+            threads = self.threads_for(self.store.config(job.run_id))
+        except (DamagedRunError, OSError):
+            threads = 1  # execute_run records the damage as the failure
+        try:
+            result = execute_run(
+                self.store, job.run_id, should_stop=job.stop_event.is_set, train_fn=self.train_fn,
+                threads=threads, on_record=seen,
+            )
+            state = "stopped" if result.stopped else "completed"
+        except BaseException as exc:  # never let a job kill its worker
+            error = error_line(exc)
+            log.warning("run %s failed: %s", job.run_id, error, exc_info=True)
+        finally:
+            with self._cond:
+                job.state, job.error = state, error
+                self._forget_old()
+                self._cond.notify_all()
+
+    def _forget_old(self) -> None:
+        finished = [r for r, j in self._jobs.items() if j.state in TERMINAL_STATES]
+        for run_id in finished[: max(0, len(finished) - MAX_FINISHED)]:
+            del self._jobs[run_id]

@@ -1,0 +1,424 @@
+"""The run store: one folder per run, and the only code that knows paths.
+
+Layout of `<root>/<run_id>/`: `config.json` (written once), `status.json` (rewritten
+atomically), `metrics.jsonl` (one JSON line per train/eval record, append-only),
+`weights.safetensors`, `attention/step_0000100.safetensors`, `summary.json`.
+A run is built in a dot-folder and renamed into place, so a crash never leaves a
+half-written run; every JSON file is replaced atomically, so readers never see a torn
+file. A queued or running run whose writing process died reads as "interrupted"
+(the process is identified by pid plus its start time, so a reused pid is not mistaken).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, BinaryIO, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+from safetensors.numpy import load_file as _np_load, save_file as _np_save
+from safetensors.torch import load_file as _pt_load, save_file as _pt_save
+
+from lab.config import ConfigError, RunConfig, flatten
+from lab.records import EvalRecord, SnapshotRecord, StepRecord
+
+RUN_STATES = ("queued", "running", "completed", "stopped", "failed", "interrupted")
+LIVE_STATES = ("queued", "running")
+TERMINAL_STATES = ("completed", "stopped", "failed", "interrupted")
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_RECORD_KINDS = {StepRecord: "train", EvalRecord: "eval"}
+_METRIC_COLUMNS = list(dict.fromkeys(["kind", "step", *(f.name for r in _RECORD_KINDS for f in dataclasses.fields(r))]))
+_BASE_COLUMNS = ["run_id", "state", "owner", "created_at", "updated_at", "step", "error", "damaged"]
+_MAX_OPEN_HANDLES = 64
+
+
+class RunIdError(ValueError):
+    """A run id that is malformed or would point outside the store."""
+
+
+class RunNotFoundError(FileNotFoundError):
+    """A well-formed run id with no run folder (or a run lacking the asked-for file)."""
+
+
+class DamagedRunError(ValueError):
+    """A run whose config.json, status.json or summary.json cannot be read."""
+
+
+def now_iso() -> str:
+    """UTC wall time as ISO 8601 with milliseconds (sorts lexicographically)."""
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+# ---- process identity -------------------------------------------------------
+def process_token(pid: int | None = None) -> str | None:
+    """'pid:start_ticks' from /proc/<pid>/stat (field 22); None if the process is gone or
+    a zombie; 'pid' alone where there is no /proc."""
+    pid = os.getpid() if pid is None else pid
+    if not os.path.isdir("/proc/self"):
+        return str(pid) if _pid_exists(pid) else None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            after_comm = fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if after_comm[0] in (b"Z", b"X"):  # field 3: zombie or dead
+        return None
+    return f"{pid}:{after_comm[19].decode()}"  # field 22 = index 19 after the comm field
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    return True
+
+
+def process_alive(pid: Any, token: Any) -> bool:
+    """Whether the process that wrote a status (pid + identity token) still runs."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    if isinstance(token, str) and ":" in token and os.path.isdir("/proc/self"):
+        return process_token(pid) == token
+    return _pid_exists(pid)
+
+
+# ---- atomic files -----------------------------------------------------------
+def _atomic(path: Path, write: Callable[[str], None]) -> None:
+    """`write(tmp)` a temp file in the same folder, then os.replace it onto `path`."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Bytes to `path` atomically, fsynced before the rename."""
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    _atomic(path, write)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (np.generic, torch.Tensor)):
+        return obj.item()
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def _dumps(obj: Any, indent: int | None = 2) -> bytes:
+    return json.dumps(obj, indent=indent, default=_json_default).encode()
+
+
+def _read_json(path: Path) -> Any:
+    """Parse a JSON object file; DamagedRunError naming the file if missing or garbage."""
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise DamagedRunError(f"{path.name}: missing") from None
+    except (ValueError, UnicodeDecodeError):
+        raise DamagedRunError(f"{path.name}: not valid JSON") from None
+    if not isinstance(data, dict):
+        raise DamagedRunError(f"{path.name}: not a JSON object")
+    return data
+
+
+def _flatten_summary(prefix: str, data: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+    """{'eval': {'loss': 1}} -> {'final.eval.loss': 1}; None values are left out."""
+    for key, value in data.items():
+        if isinstance(value, dict):
+            _flatten_summary(f"{prefix}{key}.", value, out)
+        elif value is not None:
+            out[prefix + key] = value
+    return out
+
+
+def _check_step(step: Any) -> None:
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step: {step!r} is not a non-negative integer")
+
+
+@functools.lru_cache(maxsize=1)
+def _config_columns() -> tuple[str, ...]:
+    return tuple(flatten(RunConfig()))
+
+
+class RunStore:
+    """A folder of runs. Thread-safe within a process; one writer process per run."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+        root = root if root is not None else os.environ.get("LAB_RUNS_DIR") or "runs"
+        self.root: Path = Path(root).expanduser().resolve()
+        self._lock = threading.RLock()
+        self._handles: OrderedDict[str, BinaryIO] = OrderedDict()
+
+    # ---- ids and paths ----------------------------------------------------
+    def new_run_id(self, cfg: RunConfig) -> str:
+        """'20261122-025300-reverse-rope-pre-a1b2c3': UTC time, task, pos, norm, random hex."""
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        m = cfg.model
+        while True:
+            run_id = f"{stamp}-{cfg.task.name}-{m.pos}-{m.norm}-{secrets.token_hex(3)}"
+            if not (self.root / run_id).exists():
+                return run_id
+
+    def path(self, run_id: str) -> Path:
+        """The run's folder; RunIdError for anything that is not a plain id inside root."""
+        ok = isinstance(run_id, str) and _RUN_ID.match(run_id) and ".." not in run_id
+        if ok:
+            path = (self.root / run_id).resolve()
+            ok = path.parent == self.root
+        if not ok:
+            raise RunIdError(
+                f"run_id: {run_id!r} is not a valid run id (allowed: letters, digits, '.', '_', "
+                "'-'; 1 to 128 characters starting with a letter or digit; no '..')"
+            )
+        return path
+
+    def _existing(self, run_id: str) -> Path:
+        path = self.path(run_id)
+        if not path.is_dir():
+            raise RunNotFoundError(f"run_id: {run_id!r} does not exist in {self.root}")
+        return path
+
+    def exists(self, run_id: str) -> bool:
+        return self.path(run_id).is_dir()
+
+    # ---- creation, config, status -----------------------------------------
+    def create(self, cfg: RunConfig, owner: str = "", run_id: str | None = None) -> str:
+        """Write config.json and a queued status.json in a dot-folder, then rename it in."""
+        if not isinstance(cfg, RunConfig):
+            raise ConfigError("config", f"expected a RunConfig, got {type(cfg).__name__}")
+        if not isinstance(owner, str) or len(owner) > 200:
+            raise ValueError("owner: must be a string of at most 200 characters")
+        self.root.mkdir(parents=True, exist_ok=True)
+        run_id = self.new_run_id(cfg) if run_id is None else run_id
+        final = self.path(run_id)
+        if final.exists():
+            raise ValueError(f"run_id: {run_id!r} already exists in {self.root}")
+        tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{run_id}.", suffix=".new"))
+        try:
+            _atomic_write(tmp / "config.json", cfg.to_json().encode())
+            created = now_iso()
+            status = {"state": "queued", "owner": owner, "created_at": created, "updated_at": created,
+                      "step": 0, "error": None, "pid": os.getpid(), "proc": process_token()}
+            _atomic_write(tmp / "status.json", _dumps(status))
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return run_id
+
+    def config(self, run_id: str) -> RunConfig:
+        data = _read_json(self._existing(run_id) / "config.json")
+        try:
+            return RunConfig.from_dict(data)
+        except (ConfigError, TypeError) as exc:
+            raise DamagedRunError(f"config.json: {exc}") from None
+
+    def set_status(self, run_id: str, state: str, **fields: Any) -> dict[str, Any]:
+        """Merge `fields` into status.json atomically and return the new status. A live
+        state (queued, running) is stamped with this process's pid and identity token."""
+        if state not in RUN_STATES:
+            raise ValueError(f"state: {state!r} is not one of {', '.join(RUN_STATES)}")
+        path = self._existing(run_id) / "status.json"
+        with self._lock:
+            try:
+                status = _read_json(path)
+            except DamagedRunError:
+                status = {}
+            status.update(fields, state=state, updated_at=now_iso())
+            if state in LIVE_STATES and "pid" not in fields:
+                status.update(pid=os.getpid(), proc=process_token())
+            _atomic_write(path, _dumps(status))
+            if state in TERMINAL_STATES:
+                self._close_handle(run_id)
+        return status
+
+    def status(self, run_id: str) -> dict[str, Any]:
+        """Parsed status.json; a live state whose process died reads (and is saved) as
+        'interrupted'."""
+        status = _read_json(self._existing(run_id) / "status.json")
+        if status.get("state") in LIVE_STATES and not process_alive(status.get("pid"), status.get("proc")):
+            was = status["state"]
+            status.update(state="interrupted", error=status.get("error") or f"process died while {was}")
+            try:
+                status = self.set_status(run_id, "interrupted", error=status["error"])
+            except OSError:
+                pass  # read-only store: report it, don't persist
+        return status
+
+    # ---- metrics ------------------------------------------------------------
+    def append(self, run_id: str, record: StepRecord | EvalRecord) -> None:
+        """Append one JSON line to metrics.jsonl with a single write() call."""
+        kind = _RECORD_KINDS.get(type(record))
+        if kind is None:
+            raise TypeError(f"record: expected a StepRecord or EvalRecord, got {type(record).__name__}")
+        line = _dumps({"kind": kind, **dataclasses.asdict(record)}, indent=None) + b"\n"
+        with self._lock:
+            fh = self._handles.get(run_id)
+            if fh is None:
+                fh = self._open_metrics(run_id)
+            self._handles.move_to_end(run_id)
+            fh.write(line)  # unbuffered O_APPEND: one write, nothing left to flush
+
+    def _open_metrics(self, run_id: str) -> BinaryIO:
+        path = self._existing(run_id) / "metrics.jsonl"
+        fh = open(path, "ab+", buffering=0)  # noqa: SIM115 (cached, closed in close())
+        if fh.seek(0, os.SEEK_END) > 0:
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":  # a torn last line from a crash: end it
+                fh.write(b"\n")
+        self._handles[run_id] = fh
+        while len(self._handles) > _MAX_OPEN_HANDLES:
+            self._handles.popitem(last=False)[1].close()
+        return fh
+
+    def _close_handle(self, run_id: str) -> None:
+        with self._lock:
+            fh = self._handles.pop(run_id, None)
+            if fh is not None:
+                fh.close()
+
+    def close(self) -> None:
+        """Close every cached metrics handle (they reopen on the next append)."""
+        with self._lock:
+            while self._handles:
+                self._handles.popitem()[1].close()
+
+    def metrics(self, run_id: str) -> pd.DataFrame:
+        """All metric lines as a table (kind, step, record fields); torn lines are skipped."""
+        path = self._existing(run_id) / "metrics.jsonl"
+        rows = []
+        for line in path.read_bytes().splitlines() if path.exists() else ():
+            try:
+                row = json.loads(line)
+            except (ValueError, UnicodeDecodeError):
+                continue
+            if isinstance(row, dict) and row.get("kind") in ("train", "eval") and "step" in row:
+                rows.append(row)
+        frame = pd.DataFrame(rows, columns=None if rows else _METRIC_COLUMNS)
+        extra = [c for c in frame.columns if c not in _METRIC_COLUMNS]
+        return frame.reindex(columns=_METRIC_COLUMNS + extra)
+
+    # ---- weights, snapshots, summary ---------------------------------------------
+    def save_weights(self, run_id: str, state_dict: dict[str, torch.Tensor]) -> None:
+        """Save CPU copies as weights.safetensors (atomically; copies also untie shared storage)."""
+        tensors = {}
+        for key, value in state_dict.items():
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"state_dict[{key!r}]: expected a tensor, got {type(value).__name__}")
+            tensors[key] = value.detach().to("cpu", copy=True).contiguous()
+        _atomic(self._existing(run_id) / "weights.safetensors", lambda tmp: _pt_save(tensors, tmp))
+
+    def load_weights(self, run_id: str) -> dict[str, torch.Tensor]:
+        path = self._existing(run_id) / "weights.safetensors"
+        if not path.is_file():
+            raise RunNotFoundError(f"run_id: {run_id!r} has no saved weights")
+        return _pt_load(path)
+
+    def save_snapshot(self, run_id: str, rec: SnapshotRecord) -> None:
+        """Attention patterns at rec.step -> attention/step_{step:07d}.safetensors (float16)."""
+        _check_step(rec.step)
+        folder = self._existing(run_id) / "attention"
+        folder.mkdir(exist_ok=True)
+        arrays = {k: np.ascontiguousarray(v, dtype=np.float16) for k, v in rec.patterns.items()}
+        _atomic(folder / f"step_{rec.step:07d}.safetensors", lambda tmp: _np_save(arrays, tmp))
+
+    def snapshot_steps(self, run_id: str) -> list[int]:
+        folder = self._existing(run_id) / "attention"
+        names = (p.name for p in folder.glob("step_*.safetensors")) if folder.is_dir() else ()
+        return sorted(int(n[5:-12]) for n in names if n[5:-12].isdigit())
+
+    def load_snapshot(self, run_id: str, step: int) -> dict[str, np.ndarray]:
+        _check_step(step)
+        path = self._existing(run_id) / "attention" / f"step_{step:07d}.safetensors"
+        if not path.is_file():
+            raise RunNotFoundError(f"step: run {run_id!r} has no attention snapshot at step {step}")
+        return {k: v.astype(np.float32) for k, v in _np_load(path).items()}
+
+    def write_summary(self, run_id: str, summary: dict[str, Any]) -> None:
+        if not isinstance(summary, dict):
+            raise TypeError(f"summary: expected a dict, got {type(summary).__name__}")
+        _atomic_write(self._existing(run_id) / "summary.json", _dumps(summary))
+
+    def summary(self, run_id: str) -> dict[str, Any] | None:
+        path = self._existing(run_id) / "summary.json"
+        return _read_json(path) if path.exists() else None
+
+    # ---- listing and deletion -------------------------------------------------
+    def list(self) -> pd.DataFrame:
+        """One row per run: status columns, `damaged`, flattened config, `final.*` summary."""
+        rows = []
+        try:
+            entries = sorted(os.scandir(self.root), key=lambda e: e.name)
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            if entry.name.startswith(".") or not _RUN_ID.match(entry.name) or not entry.is_dir():
+                continue
+            try:
+                rows.append(self._row(entry.name))
+            except RunNotFoundError:
+                continue  # deleted while we listed
+        columns = _BASE_COLUMNS + list(_config_columns())
+        columns += sorted({k for row in rows for k in row if k.startswith("final.")})
+        frame = pd.DataFrame(rows, columns=columns)
+        return frame.sort_values(["created_at", "run_id"], na_position="last", kind="stable").reset_index(drop=True)
+
+    def _row(self, run_id: str) -> dict[str, Any]:
+        """A listing row; unreadable files are named in `damaged` instead of raising."""
+        row: dict[str, Any] = {"run_id": run_id}
+        problems = []
+        for part in (
+            lambda: {k: v for k, v in self.status(run_id).items() if k in _BASE_COLUMNS[1:7]},
+            lambda: flatten(self.config(run_id)),
+            lambda: _flatten_summary("final.", self.summary(run_id) or {}, {}),
+        ):
+            try:
+                row.update(part())
+            except RunNotFoundError:
+                raise  # deleted while we listed
+            except (DamagedRunError, OSError) as exc:
+                problems.append(str(exc))
+        row["damaged"] = "; ".join(problems)
+        return row
+
+    def delete(self, run_id: str, owner: str | None = None) -> None:
+        """Remove a run's folder. Refuses a run queued or running in a live process, and,
+        when `owner` is given, a run that belongs to someone else."""
+        path = self._existing(run_id)
+        try:
+            status = self.status(run_id)
+        except DamagedRunError:
+            status = {}
+        if status.get("state") in LIVE_STATES:
+            raise ValueError(f"run_id: {run_id!r} is {status['state']}; stop it before deleting")
+        if owner is not None and status.get("owner", "") != owner:
+            raise PermissionError(f"run_id: {run_id!r} belongs to another owner")
+        self._close_handle(run_id)
+        doomed = self.root / f".{run_id}.{secrets.token_hex(3)}.deleted"
+        os.rename(path, doomed)  # vanish from listings at once, then remove
+        shutil.rmtree(doomed, ignore_errors=True)
