@@ -32,6 +32,11 @@ class PositionalEncoding(nn.Module):
 
     name = "none"
     explanation = "No positional information: attention is permutation-invariant except for the causal mask."
+    # Why the PCA view has no table to project (None where a table exists).
+    table_note: Optional[str] = (
+        "NoPE adds nothing: a causal decoder can only infer positions from the mask itself "
+        "(how many tokens it can see), so there is no table and no pattern to draw."
+    )
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -67,6 +72,7 @@ class Sinusoidal(PositionalEncoding):
 
     name = "sinusoidal"
     explanation = "A fixed sine/cosine table added to the embeddings; PE[p]·PE[p+k] depends on k only."
+    table_note = None
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
@@ -99,6 +105,7 @@ class Learned(PositionalEncoding):
 
     name = "learned"
     explanation = "One trained vector per position, added to the embeddings; limited to n_ctx positions."
+    table_note = None
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
@@ -125,6 +132,11 @@ class Rotary(PositionalEncoding):
 
     name = "rope"
     explanation = "Rotates queries and keys by an angle proportional to position: scores depend on offsets only."
+    table_note = (
+        "RoPE adds no vector to the residual stream: it rotates each query and key by an angle "
+        "proportional to its position, so there is no table to project. Shown instead: how a query "
+        "at position i scores a key at j when both carry the same content, which depends on i - j only."
+    )
 
     def __init__(self, cfg: ModelConfig, base: float = 10000.0) -> None:
         super().__init__(cfg)
@@ -172,6 +184,10 @@ class ALiBi(PositionalEncoding):
 
     name = "alibi"
     explanation = "Adds -slope·distance to attention scores: a per-head recency bias, no position vectors."
+    table_note = (
+        "ALiBi adds no vector to the residual stream: it subtracts slope x distance from each attention "
+        "score, so there is no table to project. Shown instead: the bias it adds, one slope per head."
+    )
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)

@@ -1,0 +1,193 @@
+"""Pure functions behind the Compare and Inspect views: parameter counts, attention, PE tables, PCA.
+
+Inspection always loads a fresh model from a run's stored weights; it never touches a model
+that a job is training. Counting rule for parameters: every trainable tensor once (this model
+ties no weights); buffers (the sinusoidal table, RoPE's cos/sin cache, ALiBi's slopes) are not
+parameters.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+from sklearn.decomposition import PCA
+
+from lab.config import ConfigError, ModelConfig, RunConfig
+from lab.model import Transformer
+from lab.positional import build_positional
+from lab.tasks import Batch, get_task, probe
+
+COMPONENTS = ("embeddings", "positional", "attention", "mlp", "norms", "head")
+
+
+# ---- parameter counts ------------------------------------------------------------------
+def block_params(d: int, d_ff: int, norm: str, cross: bool = False) -> dict[str, int]:
+    """Closed form for one block: attention 4d^2 + 4d per attention (Wq, Wk, Wv, Wo and biases),
+    MLP 2 d d_ff + d_ff + d, and 2d per LayerNorm, one per sublayer. With d_ff = 4d and post-LN this
+    is BERT's 12 d^2 + 13 d per layer (Devlin et al. 2019)."""
+    n_attn = 1 + int(cross)
+    n_sub = n_attn + int(d_ff > 0)
+    return {
+        "attention": n_attn * (4 * d * d + 4 * d),
+        "mlp": (2 * d * d_ff + d_ff + d) if d_ff > 0 else 0,
+        "norms": n_sub * 2 * d if norm != "none" else 0,
+    }
+
+
+def param_formula(mc: ModelConfig, vocab: int) -> dict[str, int]:
+    """Parameter count per component from the config alone (no module is built)."""
+    d, L = mc.d_model, mc.n_layers
+    enc_dec = mc.arch == "encoder-decoder"
+    out = dict.fromkeys(COMPONENTS, 0)
+    out["embeddings"] = vocab * d
+    out["positional"] = mc.n_ctx * d if mc.pos == "learned" else 0
+    out["head"] = d * vocab
+    stacks = [(L, True)] + ([(L, False)] if enc_dec else [])  # (blocks, is decoder)
+    for n_blocks, is_dec in stacks:
+        for key, n in block_params(d, mc.d_ff, mc.norm, cross=is_dec and enc_dec).items():
+            out[key] += n_blocks * n
+        if mc.norm == "pre":
+            out["norms"] += 2 * d  # the stack's final LayerNorm
+    return out
+
+
+def module_params(model: torch.nn.Module) -> dict[str, int]:
+    """The same breakdown counted from a module's own parameters (by name)."""
+    out = dict.fromkeys(COMPONENTS, 0)
+    for name, p in model.named_parameters():
+        if name.startswith("tok_emb."):
+            key = "embeddings"
+        elif name.startswith("pos."):
+            key = "positional"
+        elif name.startswith("head."):
+            key = "head"
+        elif ".self_attn." in name or ".cross_attn." in name:
+            key = "attention"
+        elif ".ff." in name:
+            key = "mlp"
+        elif ".norms." in name or name.startswith(("enc_norm.", "dec_norm.")):
+            key = "norms"
+        else:
+            raise KeyError(f"parameter {name!r} belongs to no component")
+        out[key] += p.numel()
+    return out
+
+
+def param_breakdown(cfg: RunConfig) -> dict[str, int]:
+    return param_formula(cfg.model, get_task(cfg.task.name).vocab_size(cfg.task))
+
+
+# ---- models and inputs -----------------------------------------------------------------
+def load_model(cfg: RunConfig, state_dict: Optional[dict[str, torch.Tensor]] = None) -> Transformer:
+    """A fresh CPU model in eval mode: stored weights if given, else the seeded initialisation."""
+    from lab.trainer import build_model  # the trainer owns seeded initialisation
+
+    model = build_model(cfg, "cpu")
+    if state_dict is not None:
+        model.load_state_dict(state_dict)
+    return model.eval()
+
+
+@dataclass(frozen=True)
+class ProbeInput:
+    batch: Batch  # one sample
+    src_labels: list[str]  # encoder tokens (empty for decoder-only)
+    dec_labels: list[str]  # decoder input tokens
+
+
+def labelled(cfg: RunConfig, batch: Batch) -> ProbeInput:
+    task = get_task(cfg.task.name)
+
+    def names(t: torch.Tensor) -> list[str]:
+        return [task.label(cfg.task, int(x)) for x in t[0]]
+
+    return ProbeInput(batch, names(batch.src) if batch.src is not None else [], names(batch.inp))
+
+
+def sampled_probe(cfg: RunConfig) -> ProbeInput:
+    """The run's fixed probe input (the one whose attention the store snapshots)."""
+    return labelled(cfg, probe(cfg.task, cfg.model.arch))
+
+
+def parse_probe(cfg: RunConfig, text: str) -> ProbeInput:
+    """A typed prompt ("3 1 2", "3,1,2" or "312") -> the task's input with the true answer.
+
+    For language-model tasks the text is the whole sequence. Raises ConfigError("probe", ...).
+    """
+    task, tc = get_task(cfg.task.name), cfg.task
+    parts = [p for p in re.split(r"[\s,]+", text.strip()) if p]
+    if len(parts) == 1 and len(parts[0]) > 1:
+        parts = list(parts[0])  # "312" -> "3", "1", "2"
+    n_sym = task.vocab_size(tc) if task.lm else task.n_symbols(tc)
+    names = {task.label(tc, t): t for t in range(n_sym)}
+    allowed = ", ".join(list(names)[:12]) + (" ..." if len(names) > 12 else "")
+    if not parts:
+        raise ConfigError("probe", f"is empty (type symbols of task {tc.name!r}: {allowed})")
+    bad = [p for p in parts if p not in names]
+    if bad:
+        raise ConfigError("probe", f"{bad[0]!r} is not a symbol of task {tc.name!r} (allowed: {allowed})")
+    tokens = torch.tensor([[names[p] for p in parts]])  # (1, n)
+    if task.lm:
+        batch = Batch(inp=tokens, tgt=torch.full_like(tokens, -100))
+    else:
+        expected = task.prompt_len(tc, tc.max_len)
+        if task.name == "addition" and (tokens.shape[1] % 2 == 0 or (tokens[0] == 10).sum() != 1
+                                        or tokens[0, tokens.shape[1] // 2] != 10):
+            raise ConfigError("probe", "addition needs two numbers of equal length joined by '+', e.g. 123+456")
+        if task.name in ("modular_addition",) and tokens.shape[1] != expected:
+            raise ConfigError("probe", f"has {tokens.shape[1]} symbols (allowed: exactly {expected}, e.g. '5 7')")
+        batch = task.layout(tc, cfg.model.arch, tokens, task.solve(tc, tokens))
+    longest = max(batch.inp.shape[1], batch.src.shape[1] if batch.src is not None else 0)
+    if longest > cfg.model.n_ctx:
+        raise ConfigError("probe", f"is {longest} tokens long (allowed: at most n_ctx={cfg.model.n_ctx})")
+    return labelled(cfg, batch)
+
+
+@torch.no_grad()
+def attention(model: Transformer, batch: Batch) -> dict[str, np.ndarray]:
+    """Attention patterns of the first sample: kind -> (n_layers, n_heads, Tq, Tk)."""
+    out = model(batch.inp, batch.src, need_weights=True)
+    return {k: v[:, 0].float().numpy() for k, v in out.attention.items()}
+
+
+# ---- positional encodings --------------------------------------------------------------
+@dataclass(frozen=True)
+class PositionalView:
+    pos: str
+    table: Optional[np.ndarray]  # (n, d_model) vectors, or None
+    pca: Optional[np.ndarray]  # (n, 2) coordinates
+    explained: Optional[np.ndarray]  # (2,) explained variance ratio
+    similarity: Optional[np.ndarray]  # (n, n) cosine similarity of position vectors
+    relative: Optional[np.ndarray]  # (H, n, n) pattern imposed by RoPE / ALiBi
+    note: Optional[str]  # why there is no table, where there is none
+
+
+def positional_view(cfg: RunConfig, state_dict: Optional[dict[str, torch.Tensor]] = None,
+                    n: Optional[int] = None) -> PositionalView:
+    """Everything the PCA panel shows for one run, over positions 0..n-1 (default: longest sequence).
+
+    Trained positions come from `state_dict` (a model's, keys "pos.*"); without it, from the
+    run's seeded initialisation, so the untrained view is the table the run starts from."""
+    task = get_task(cfg.task.name)
+    n = n or min(cfg.model.n_ctx, task.max_seq_len(cfg.task, cfg.model.arch))
+    with torch.random.fork_rng(devices=[]):  # a learned table's throwaway init leaves the global RNG alone
+        pe = build_positional(cfg.model)
+    if state_dict is None and any(True for _ in pe.parameters()):
+        state_dict = load_model(cfg).state_dict()  # the run's seeded initialisation, as at step 0
+    if state_dict is not None:
+        pe.load_state_dict({k[4:]: v for k, v in state_dict.items() if k.startswith("pos.")})
+    table = pe.table(n)
+    rel = pe.relative_pattern(n)
+    if table is None:
+        return PositionalView(cfg.model.pos, None, None, None, None,
+                              None if rel is None else rel.numpy(), pe.table_note)
+    tab = table.detach().double().numpy()
+    k = min(2, tab.shape[0], tab.shape[1])
+    pca = PCA(n_components=k).fit(tab)
+    coords = pca.transform(tab)
+    unit = tab / np.maximum(np.linalg.norm(tab, axis=1, keepdims=True), 1e-12)
+    return PositionalView(cfg.model.pos, tab, coords, pca.explained_variance_ratio_, unit @ unit.T,
+                          None if rel is None else rel.numpy(), None)

@@ -1,0 +1,207 @@
+"""Command line: `python -m lab train|list|show`.
+
+Progress goes to stderr; with --json, stdout carries exactly one JSON object. A bad flag value
+exits with status 2 and one line naming the field, before any run folder is created.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+import threading
+import time
+from typing import Any, NoReturn, Optional, Sequence, TextIO
+
+from lab.config import (ARCHS, DEVICES, NORMS, POS_ENCODINGS, TASK_NAMES, ConfigError, ModelConfig,
+                        RunConfig, TaskConfig, TrainConfig)
+from lab.records import Record, StepRecord
+
+# flag -> (section, field). The section's dataclass validates; the flag only carries the value.
+FLAGS: dict[str, tuple[str, str, type]] = {
+    "--task": ("task", "name", str), "--min-len": ("task", "min_len", int), "--max-len": ("task", "max_len", int),
+    "--ood-len": ("task", "ood_len", int), "--n-symbols": ("task", "n_symbols", int),
+    "--arch": ("model", "arch", str), "--pos": ("model", "pos", str), "--norm": ("model", "norm", str),
+    "--n-layers": ("model", "n_layers", int), "--n-heads": ("model", "n_heads", int),
+    "--d-model": ("model", "d_model", int), "--d-ff": ("model", "d_ff", int),
+    "--dropout": ("model", "dropout", float), "--n-ctx": ("model", "n_ctx", int),
+    "--steps": ("train", "steps", int), "--batch-size": ("train", "batch_size", int), "--lr": ("train", "lr", float),
+    "--warmup": ("train", "warmup", int), "--weight-decay": ("train", "weight_decay", float),
+    "--eval-every": ("train", "eval_every", int), "--seed": ("train", "seed", int),
+    "--device": ("train", "device", str), "--threads": ("train", "threads", int),
+}
+CHOICES = {"--task": TASK_NAMES, "--arch": ARCHS, "--pos": POS_ENCODINGS, "--norm": NORMS, "--device": DEVICES}
+FIELD_TO_FLAG = {f"{sec}.{name}": flag for flag, (sec, name, _) in FLAGS.items()}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, status 2, no usage dump
+        self.exit(2, f"lab: error: {message}\n")
+
+
+def _typed(flag: str, kind: type):
+    def parse(text: str) -> Any:
+        try:
+            return kind(text)
+        except ValueError:
+            what = "an integer" if kind is int else "a number"
+            sec, name, _ = FLAGS[flag]
+            raise argparse.ArgumentTypeError(f"{sec}.{name}: {text!r} is not {what}") from None
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="python -m lab", description="Transformer Ablation Lab: train and inspect toy runs.")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    t = sub.add_parser("train", help="train one run and store it")
+    for flag, (sec, name, kind) in FLAGS.items():
+        extra = f" (one of: {', '.join(CHOICES[flag])})" if flag in CHOICES else ""
+        t.add_argument(flag, dest=f"{sec}.{name}", type=_typed(flag, kind) if kind is not str else str,
+                       default=None, metavar=name.upper(), help=f"{sec}.{name}{extra}")
+    t.add_argument("--config", help="a run config JSON file; flags override its values")
+    t.add_argument("--name", default=None, help="a label for the run")
+    t.add_argument("--runs-dir", help="run store folder (default: $LAB_RUNS_DIR or runs/)")
+    t.add_argument("--json", action="store_true", help="print one JSON object with the result on stdout")
+    ls = sub.add_parser("list", help="list stored runs")
+    ls.add_argument("--runs-dir")
+    ls.add_argument("--json", action="store_true")
+    sh = sub.add_parser("show", help="show one stored run")
+    sh.add_argument("run_id")
+    sh.add_argument("--runs-dir")
+    sh.add_argument("--json", action="store_true")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    base = RunConfig()
+    if args.config:
+        try:
+            with open(args.config, encoding="utf-8") as fh:
+                base = RunConfig.from_json(fh.read(4_000_000))
+        except OSError as exc:
+            raise ConfigError("--config", f"cannot read {args.config!r} ({exc.strerror})") from None
+    sections: dict[str, dict[str, Any]] = {"model": {}, "task": {}, "train": {}}
+    for sec, name, _ in FLAGS.values():
+        value = getattr(args, f"{sec}.{name}")
+        if value is not None:
+            sections[sec][name] = value
+    data = base.to_dict()
+    for sec, values in sections.items():
+        data[sec].update(values)
+    if args.name is not None:
+        data["name"] = args.name
+    return RunConfig.from_dict(data)
+
+
+class Progress:
+    """A progress bar with steps/s and time left on stderr (a line per ~10% when not a terminal)."""
+
+    def __init__(self, total: int, out: TextIO = sys.stderr) -> None:
+        self.total, self.out, self.t0 = total, out, time.perf_counter()
+        self.tty = out.isatty()
+        self.next_line = 0.0
+
+    def __call__(self, rec: Record) -> None:
+        if not isinstance(rec, StepRecord):
+            return
+        frac = rec.step / self.total
+        if not self.tty and frac < self.next_line and rec.step != self.total:
+            return
+        self.next_line = math.floor(frac * 10 + 1) / 10
+        rate = rec.step / max(time.perf_counter() - self.t0, 1e-9)
+        eta = (self.total - rec.step) / max(rate, 1e-9)
+        bar = "#" * int(frac * 30)
+        line = (f"[{bar:<30}] {rec.step}/{self.total}  loss {rec.loss:.4f}  {rate:.0f} steps/s  "
+                f"{rec.tokens_per_s:,.0f} tok/s  {eta:.0f}s left")
+        self.out.write(("\r" + line) if self.tty else line + "\n")
+        if self.tty and rec.step == self.total:
+            self.out.write("\n")
+        self.out.flush()
+
+
+def check_device(name: str) -> None:
+    """A device this machine lacks is a bad flag value too: refuse it before a run folder exists."""
+    import torch
+
+    from lab.trainer import resolve_device
+
+    try:
+        device = resolve_device(name)
+    except ValueError as exc:
+        raise ConfigError("train.device", str(exc).split(": ", 1)[-1]) from None
+    mps = getattr(torch.backends, "mps", None)
+    if device.type == "mps" and not (mps and mps.is_available()):
+        raise ConfigError("train.device", "'mps' was asked for but no Apple GPU is available (allowed here: auto, cpu)")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from lab.jobs import execute_run, summary_of
+    from lab.runs import RunStore
+
+    cfg = config_from_args(args)  # validates before anything touches the store
+    check_device(cfg.train.device)
+    store = RunStore(args.runs_dir)
+    run_id = store.create(cfg, owner="cli")
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        result = execute_run(store, run_id, should_stop=stop.is_set, on_record=Progress(cfg.train.steps))
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    summary = summary_of(result)
+    out = {"run_id": run_id, "run_dir": str(store.path(run_id)), "status": store.status(run_id)["state"],
+           **{k: summary[k] for k in ("params", "steps", "train_loss", "eval", "ood", "wall_s", "tokens_per_s",
+                                      "device")}}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        ev = out["eval"] or {}
+        print(f"{run_id}: {out['status']} after {out['steps']} steps in {out['wall_s']:.1f}s; "
+              f"exact-match {ev.get('exact_match', float('nan')):.3f}; stored in {out['run_dir']}")
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from lab.runs import RunStore
+
+    df = RunStore(args.runs_dir).list()
+    if args.json:
+        print(df.to_json(orient="records"))
+        return 0
+    cols = [c for c in ("run_id", "state", "task.name", "model.arch", "model.pos", "model.norm",
+                        "final.eval.exact_match", "damaged") if c in df.columns]
+    print(df[cols].to_string(index=False) if len(df) else "no runs stored")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from lab.runs import RunStore
+
+    store = RunStore(args.runs_dir)
+    info = {"run_id": args.run_id, "status": store.status(args.run_id),
+            "config": store.config(args.run_id).to_dict(), "summary": store.summary(args.run_id)}
+    print(json.dumps(info, indent=None if args.json else 2, default=str))
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"train": cmd_train, "list": cmd_list, "show": cmd_show}[args.cmd](args)
+    except ConfigError as exc:
+        flag = FIELD_TO_FLAG.get(exc.field)
+        sys.stderr.write(f"lab: error: {exc}{f' (flag {flag})' if flag else ''}\n")
+        return 2
+    except (ValueError, FileNotFoundError) as exc:
+        sys.stderr.write(f"lab: error: {' '.join(str(exc).split())}\n")
+        return 2
+    except Exception as exc:  # a training failure: kept in the run's status, one line here
+        sys.stderr.write(f"lab: run failed: {type(exc).__name__}: {' '.join(str(exc).split())}\n")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Matplotlib figure builders for pictures where the picture is the point (heatmaps, PCA, bars).
+
+Every builder returns a fresh `matplotlib.figure.Figure` (never pyplot's global state, so
+threads can draw at once) and uses colour-blind-safe colour maps (viridis, cividis).
+"""
+from __future__ import annotations
+
+import io
+import textwrap
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from lab.analysis import COMPONENTS, PositionalView
+
+KIND_TITLES = {
+    "enc_self": "Encoder self-attention",
+    "dec_self": "Decoder self-attention (masked)",
+    "cross": "Cross-attention (decoder queries, encoder keys)",
+}
+MAX_TICKS = 24  # past this many tokens, label every k-th one so labels stay readable
+
+
+def _ticks(ax, labels: Sequence[str], axis: str) -> None:
+    step = max(1, -(-len(labels) // MAX_TICKS))
+    idx = list(range(0, len(labels), step))
+    setter = ax.set_xticks if axis == "x" else ax.set_yticks
+    setter(idx, [labels[i] for i in idx], fontsize=7)
+
+
+def attention_grid(patterns: np.ndarray, q_labels: Sequence[str], k_labels: Sequence[str],
+                   title: str = "") -> Figure:
+    """A layers x heads grid of heatmaps; patterns: (n_layers, n_heads, Tq, Tk), rows = queries."""
+    n_layers, n_heads, tq, tk = patterns.shape
+    cell = min(2.6, max(1.6, 0.11 * max(tq, tk)))
+    fig = Figure(figsize=(0.6 + cell * n_heads, 0.7 + cell * n_layers), layout="constrained")
+    axes = fig.subplots(n_layers, n_heads, squeeze=False)
+    im = None
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            ax = axes[layer][head]
+            im = ax.imshow(patterns[layer, head], cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto",
+                           interpolation="nearest")
+            _ticks(ax, list(k_labels), "x")
+            _ticks(ax, list(q_labels), "y")
+            ax.tick_params(axis="x", labelrotation=90)
+            if layer == 0:
+                ax.set_title(f"head {head}", fontsize=9)
+            if head == 0:
+                ax.set_ylabel(f"layer {layer}\nquery", fontsize=9)
+    if im is not None:
+        fig.colorbar(im, ax=axes, shrink=0.6, label="attention weight")
+    fig.suptitle(title, fontsize=11)
+    return fig
+
+
+def positional_figure(view: PositionalView, title: str = "") -> Figure:
+    """PCA of the position vectors (coloured by position) beside their similarity matrix; for
+    RoPE and ALiBi, the relative pattern they impose; for none, the explanation."""
+    fig = Figure(figsize=(9, 4), layout="constrained")
+    if view.pca is not None:
+        ax1, ax2 = fig.subplots(1, 2)
+        n = view.pca.shape[0]
+        ys = view.pca[:, 1] if view.pca.shape[1] > 1 else np.zeros(n)
+        sc = ax1.scatter(view.pca[:, 0], ys, c=np.arange(n), cmap="viridis", s=28)
+        ax1.plot(view.pca[:, 0], ys, color="0.7", lw=0.6, zorder=0)
+        ev = view.explained
+        ax1.set_xlabel(f"PC1 ({ev[0]:.0%} of variance)")
+        ax1.set_ylabel(f"PC2 ({ev[1]:.0%} of variance)" if len(ev) > 1 else "")
+        ax1.set_title("PCA of position vectors", fontsize=10)
+        fig.colorbar(sc, ax=ax1, label="position")
+        im = ax2.imshow(view.similarity, cmap="cividis", vmin=-1, vmax=1, interpolation="nearest")
+        ax2.set_title("cosine similarity between positions", fontsize=10)
+        ax2.set_xlabel("position")
+        ax2.set_ylabel("position")
+        fig.colorbar(im, ax=ax2)
+    elif view.relative is not None:
+        same = bool(np.all(view.relative == view.relative[:1]))  # RoPE: one pattern for every head
+        heads = 1 if same else min(4, view.relative.shape[0])
+        axes = fig.subplots(1, heads, squeeze=False)[0]
+        label = "score bias" if view.pos == "alibi" else "relative score"
+        for h, ax in enumerate(axes):
+            im = ax.imshow(view.relative[h], cmap="viridis", interpolation="nearest")
+            ax.set_title("every head" if same else f"head {h}", fontsize=9)
+            ax.set_xlabel("key position")
+            if h == 0:
+                ax.set_ylabel("query position")
+        fig.colorbar(im, ax=list(axes), shrink=0.8, label=label)
+    else:
+        ax = fig.subplots()
+        ax.axis("off")
+        ax.text(0.5, 0.5, textwrap.fill(view.note or "", 70), ha="center", va="center", fontsize=11)
+    fig.suptitle(title, fontsize=11)
+    return fig
+
+
+def params_figure(breakdowns: dict[str, dict[str, int]]) -> Figure:
+    """Stacked horizontal bars: parameters per component for each run."""
+    names = list(breakdowns)
+    fig = Figure(figsize=(8, 0.9 + 0.45 * len(names)), layout="constrained")
+    ax = fig.subplots()
+    left = np.zeros(len(names))
+    colors = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00"]  # Okabe-Ito
+    for comp, color in zip(COMPONENTS, colors):
+        vals = np.array([breakdowns[n].get(comp, 0) for n in names], dtype=float)
+        ax.barh(names, vals, left=left, color=color, label=comp)
+        left += vals
+    ax.set_xlabel("parameters")
+    ax.legend(ncols=len(COMPONENTS), fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    ax.invert_yaxis()
+    return fig
+
+
+def curves_figure(df: pd.DataFrame, x: str, y: str, color: str, title: str = "",
+                  band: Optional[tuple[str, str]] = None) -> Figure:
+    """Line per `color` group of a long-format frame (for PNG export of the compare curves)."""
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    ax = fig.subplots()
+    for name, g in df.groupby(color, sort=False):
+        g = g.sort_values(x)
+        line, = ax.plot(g[x], g[y], label=str(name), lw=1.4)
+        if band is not None:
+            ax.fill_between(g[x], g[band[0]], g[band[1]], color=line.get_color(), alpha=0.2)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title)
+    if df[color].nunique() <= 12:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def to_png(fig: Figure, dpi: int = 110) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
