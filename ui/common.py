@@ -1,0 +1,93 @@
+"""What every tab shares: the app context, error handling that never shows a traceback, and
+the conversions from stored metrics to the long-format frames that `gr.LinePlot` draws."""
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import gradio as gr
+import pandas as pd
+
+from lab.config import ConfigError
+from lab.jobs import JobManager
+from lab.runs import RunStore
+
+log = logging.getLogger("lab.app")
+TERMINAL = ("completed", "stopped", "failed", "interrupted")
+
+
+@dataclass(frozen=True)
+class AppContext:
+    store: RunStore
+    jobs: JobManager
+
+
+def friendly(fn: Callable) -> Callable:
+    """Turn any exception in a callback into a one-line message (gr.Error), never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error:
+            raise
+        except (ConfigError, ValueError, KeyError, FileNotFoundError) as exc:
+            raise gr.Error(_one_line(exc), print_exception=False) from None
+        except Exception as exc:  # unexpected: log it for the operator, say it plainly to the user
+            log.exception("callback %s failed", fn.__name__)
+            raise gr.Error(f"Something went wrong ({type(exc).__name__}): {_one_line(exc)}",
+                           print_exception=False) from None
+
+    return wrapper
+
+
+def named(fn: Callable, names: list[str]) -> Callable:
+    """Give a *args callback real parameter names, so the API (gradio_client) shows them."""
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        return fn(*args)
+
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+    return " ".join(text.split())[:500] or type(exc).__name__
+
+
+def short_label(row: dict[str, Any]) -> str:
+    """A readable run label: name if given, else task/arch/pos/norm + seed + id tail."""
+    if row.get("name"):
+        return f"{row['name']} ({str(row['run_id'])[-6:]})"
+    arch = "enc-dec" if row.get("model.arch") == "encoder-decoder" else "dec"
+    return (f"{row.get('task.name')} {arch} {row.get('model.pos')} {row.get('model.norm')}-LN "
+            f"L{row.get('model.n_layers')} s{row.get('train.seed')} ({str(row['run_id'])[-6:]})")
+
+
+CURVES = {  # metric choice -> (record kind, column)
+    "train loss": ("train", "loss"),
+    "eval loss": ("eval", "loss"),
+    "exact-match (training lengths)": ("eval", "exact_match"),
+    "exact-match (longer lengths)": ("eval", "ood_exact_match"),
+    "token accuracy (training lengths)": ("eval", "token_acc"),
+    "loss (longer lengths)": ("eval", "ood_loss"),
+}
+X_AXES = {"step": "step", "time (s)": "elapsed_s", "tokens": "tokens"}
+
+
+def curve(metrics: pd.DataFrame, metric: str, x: str = "step", smoothing: float = 0.0) -> pd.DataFrame:
+    """One metric of one run as columns (x, value); EMA smoothing for the noisy train loss."""
+    kind, col = CURVES[metric]
+    if metrics.empty or col not in metrics.columns:
+        return pd.DataFrame({"x": [], "value": []})
+    df = metrics[metrics["kind"] == kind][[X_AXES[x], col]].dropna()
+    df.columns = ["x", "value"]
+    if smoothing > 0 and len(df):
+        df["value"] = df["value"].ewm(alpha=1 - smoothing, adjust=True).mean()
+    return df.reset_index(drop=True)

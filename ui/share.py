@@ -1,0 +1,79 @@
+"""Share panel: the whole configuration (seed included) as a page URL and as a JSON file.
+
+A classroom link can hide chosen controls (`?hide=pos,norm`); the page applies the link on load
+(see ui/train.py). Uploaded JSON is size-limited and validated like any other config.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Optional
+
+import gradio as gr
+
+from lab.config import ConfigError, RunConfig
+from ui.common import friendly, named
+from ui.knobs import KNOB_KEYS, KNOBS, config_from_values, query_string, values_from_config
+
+MAX_UPLOAD_BYTES = 64 * 1024
+LINK_JS = "(q) => q ? window.location.origin + window.location.pathname + '?' + q : ''"
+
+
+def build_share_panel(widgets: dict[str, gr.components.Component]) -> None:
+    inputs = [widgets[k] for k in KNOB_KEYS]
+    with gr.Accordion("Share this configuration", open=False):
+        hide = gr.CheckboxGroup([k.url_key for k in KNOBS], label="Hide these controls in the link (classroom)",
+                                info="Students who open the link see the preset values but cannot change these.")
+        link_btn = gr.Button("Make link", size="sm", elem_id="share-link-btn")
+        query = gr.Textbox(visible=False)
+        link = gr.Textbox(label="Link (copy it)", buttons=["copy"], elem_id="share-link", interactive=False)
+        with gr.Row():
+            json_btn = gr.Button("Download config JSON", size="sm")
+            upload = gr.UploadButton("Load config JSON", file_types=[".json"], size="sm")
+        json_file = gr.File(label="Config file", visible=False, interactive=False)
+
+    @friendly
+    def make_query(*args: Any) -> str:
+        *vals, hidden = args
+        cfg = config_from_values(dict(zip(KNOB_KEYS, vals)))
+        return query_string(cfg, tuple(hidden or ()))
+
+    names = [k.url_key for k in KNOBS]
+    link_btn.click(named(make_query, names + ["hide"]), inputs=inputs + [hide], outputs=query, api_name="share_query").then(
+        None, inputs=query, outputs=link, js=LINK_JS, api_name="share_link")
+
+    @friendly
+    def download(*vals: Any) -> gr.File:
+        cfg = config_from_values(dict(zip(KNOB_KEYS, vals)))
+        folder = tempfile.mkdtemp(prefix="lab-config-")
+        path = os.path.join(folder, "transformer-lab-config.json")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(cfg.to_json())
+        return gr.File(value=path, visible=True)
+
+    json_btn.click(named(download, names), inputs=inputs, outputs=json_file, api_name="download_config")
+
+    @friendly
+    def load(file: Optional[str]) -> list:
+        cfg = read_config_file(file)
+        values = values_from_config(cfg)
+        gr.Info("Configuration loaded.")
+        return [gr.update(value=values[k]) for k in KNOB_KEYS]
+
+    upload.upload(load, inputs=upload, outputs=inputs, api_name="upload_config")
+
+
+def read_config_file(path: Optional[str]) -> RunConfig:
+    if not path:
+        raise ConfigError("config file", "no file was uploaded")
+    size = os.path.getsize(path)
+    if size > MAX_UPLOAD_BYTES:
+        raise ConfigError("config file", f"is {size:,} bytes (allowed: at most {MAX_UPLOAD_BYTES:,})")
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("config file", "is not UTF-8 text (allowed: a JSON file saved by this app)") from None
+    cfg = RunConfig.from_json(text)
+    return config_from_values(values_from_config(cfg), base=cfg)  # n_ctx re-derived like any UI config

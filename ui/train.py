@@ -1,0 +1,169 @@
+"""Train tab: every knob with its explanation, a live parameter count, Start/Stop, live curves.
+
+Start returns at once (the job manager trains in a background thread); a gr.Timer polls the
+shown run and redraws its curves, and switches itself off when the run ends.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import gradio as gr
+import pandas as pd
+
+from lab.analysis import param_breakdown
+from lab.config import ConfigError, RunConfig
+from ui.common import TERMINAL, AppContext, curve, friendly, named
+from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, values_from_query
+from ui.share import build_share_panel
+
+POLL_S = 1.0
+
+
+@dataclass
+class TrainTab:
+    widgets: dict[str, gr.components.Component]
+    run_pick: gr.Dropdown
+    on_load: Callable  # applies the page URL (config and hidden controls), restores "my runs"
+    load_inputs: list
+    load_outputs: list
+
+
+def _values(args: tuple) -> dict[str, Any]:
+    return dict(zip(KNOB_KEYS, args))
+
+
+def describe(cfg: RunConfig) -> str:
+    parts = param_breakdown(cfg)
+    total = sum(parts.values())
+    detail = ", ".join(f"{k} {v:,}" for k, v in parts.items() if v)
+    hint = ""
+    if cfg.model.pos == "alibi" and cfg.model.n_heads <= 2:
+        hint = "\n\n*Hint: with 1-2 heads ALiBi's slopes are tiny (2^-8, 2^-4), so its recency bias is weak.*"
+    return f"**{total:,} parameters** ({detail}). Longest sequence: {cfg.model.n_ctx} tokens.{hint}"
+
+
+def validate(*args: Any) -> str:
+    try:
+        return describe(config_from_values(_values(args)))
+    except ConfigError as exc:
+        return f"⚠️ **{exc.field}**: {str(exc).split(': ', 1)[1]}"
+
+
+def progress_text(ctx: AppContext, run_id: str) -> tuple[str, str]:
+    st = ctx.jobs.status(run_id)
+    if st.state == "queued":
+        place = f"place {st.queue_position} in the queue" if st.queue_position else "waiting for a free slot"
+        return st.state, f"⏳ **Queued** ({place}). It starts when a running job finishes."
+    if st.state == "running":
+        rate = f"{st.steps_per_s:.0f} steps/s" if st.steps_per_s else "starting"
+        eta = f" · {st.eta_s:.0f} s left" if st.eta_s is not None else ""
+        loss = f" · loss {st.last_loss:.4f}" if st.last_loss is not None else ""
+        pct = 100 * st.step / max(st.total_steps, 1)
+        return st.state, f"🏃 **Running** step {st.step}/{st.total_steps} ({pct:.0f}%) · {rate}{eta}{loss}"
+    summary = ctx.store.summary(run_id) or {}
+    ev, ood = summary.get("eval") or {}, summary.get("ood") or {}
+    res = ""
+    if ev:
+        res = f" Exact-match {ev['exact_match']:.2f} at training lengths"
+        res += f", {ood['exact_match']:.2f} on longer inputs." if ood else "."
+    wall = f" in {summary['wall_s']:.1f} s" if summary.get("wall_s") else ""
+    if st.state == "failed":
+        return st.state, f"❌ **Failed**: {st.error}"
+    icon = {"completed": "✅", "stopped": "⏹️", "interrupted": "⚠️"}.get(st.state, "")
+    return st.state, f"{icon} **{st.state.capitalize()}** after {st.step} steps{wall}.{res}"
+
+
+def live_frames(ctx: AppContext, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    m = ctx.store.metrics(run_id)
+    loss = pd.concat([curve(m, "train loss").assign(series="train"),
+                      curve(m, "eval loss").assign(series="held-out")])
+    acc = pd.concat([curve(m, "exact-match (training lengths)").assign(series="training lengths"),
+                     curve(m, "exact-match (longer lengths)").assign(series="longer lengths")])
+    return loss.rename(columns={"x": "step"}), acc.rename(columns={"x": "step"})
+
+
+def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.BrowserState) -> TrainTab:
+    with gr.Tab("Train", id="train"):
+        gr.Markdown("Configure a small Transformer, press **Start**, and watch it learn. Runs keep training "
+                    "if you close the tab; find them again under *Run shown* or in **Compare**.")
+        with gr.Row():
+            with gr.Column(scale=2, min_width=320):
+                widgets = _knob_panel()
+            with gr.Column(scale=3):
+                summary = gr.Markdown(validate(*[k.default() for k in KNOBS]), elem_id="config-summary")
+                with gr.Row():
+                    start = gr.Button("Start", variant="primary", elem_id="start-btn")
+                    stop = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+                run_pick = gr.Dropdown(label="Run shown", choices=[], value=None, allow_custom_value=True,
+                                       elem_id="run-pick", info="Runs started from this browser.")
+                progress = gr.Markdown("No run yet.", elem_id="progress")
+                loss_plot = gr.LinePlot(x="step", y="value", color="series", title="Loss", y_title="cross-entropy",
+                                        elem_id="live-loss", height=260)
+                acc_plot = gr.LinePlot(x="step", y="value", color="series", title="Exact-match (held-out)",
+                                       y_lim=[0, 1], elem_id="live-acc", height=260)
+                build_share_panel(widgets)
+        timer = gr.Timer(POLL_S, active=False)
+    inputs = [widgets[k] for k in KNOB_KEYS]
+
+    names = [k.url_key for k in KNOBS]
+    gr.on([widgets[k].change for k in KNOB_KEYS], named(validate, names), inputs=inputs, outputs=summary,
+          api_name="validate", show_progress="hidden", trigger_mode="always_last")
+
+    @friendly
+    def on_start(*args: Any):
+        *vals, runs, who = args
+        cfg = config_from_values(_values(tuple(vals)))
+        run_id = ctx.jobs.submit(cfg, owner=who or "")
+        runs = [run_id] + [r for r in (runs or []) if r != run_id][:49]
+        return gr.Dropdown(choices=runs, value=run_id), runs, progress_text(ctx, run_id)[1], gr.Timer(active=True)
+
+    start.click(named(on_start, names + ["my_runs", "owner"]), inputs=inputs + [my_runs, owner], outputs=[run_pick, my_runs, progress, timer],
+                api_name="start")
+
+    @friendly
+    def on_poll(run_id: Optional[str]):
+        if not run_id:
+            return "No run yet.", None, None, gr.Timer(active=False)
+        state, text = progress_text(ctx, run_id)
+        loss, acc = live_frames(ctx, run_id)
+        return text, loss, acc, gr.Timer(active=state not in TERMINAL)
+
+    timer.tick(on_poll, inputs=run_pick, outputs=[progress, loss_plot, acc_plot, timer], api_name="poll",
+               show_progress="hidden")
+    run_pick.change(on_poll, inputs=run_pick, outputs=[progress, loss_plot, acc_plot, timer], api_name="show_run",
+                    show_progress="hidden")
+
+    @friendly
+    def on_stop(run_id: Optional[str], who: Optional[str]):
+        if not run_id:
+            raise gr.Error("No run is shown, so there is nothing to stop.")
+        ok = ctx.jobs.stop(run_id)
+        if not ok:
+            gr.Info("That run has already finished.")
+        return progress_text(ctx, run_id)[1]
+
+    stop.click(on_stop, inputs=[run_pick, owner], outputs=progress, api_name="stop")
+
+    def on_load(runs: Optional[list], who: Optional[str], request: gr.Request):
+        params = dict(request.query_params) if request is not None else {}
+        values, hide, problems = values_from_query(params)
+        updates = [gr.update(value=values[k], visible=k not in hide) if k in values
+                   else gr.update(visible=k not in hide) for k in KNOB_KEYS]
+        runs = [r for r in (runs or []) if isinstance(r, str) and ctx.store.exists(r)]
+        note = validate(*[values.get(k.key, k.default()) for k in KNOBS])
+        if problems:
+            note = "⚠️ " + "; ".join(problems) + " (the rest of the link was applied)\n\n" + note
+        return (*updates, gr.Dropdown(choices=runs, value=runs[0] if runs else None), runs,
+                who or uuid.uuid4().hex, note)
+
+    return TrainTab(widgets, run_pick, on_load, [my_runs, owner], inputs + [run_pick, my_runs, owner, summary])
+
+
+def _knob_panel() -> dict[str, gr.components.Component]:
+    widgets: dict[str, gr.components.Component] = {}
+    for sec, title in {"task": "Task", "model": "Model", "train": "Training"}.items():
+        with gr.Accordion(title, open=True):
+            widgets.update(build_widgets(sec))
+    return widgets
