@@ -15,7 +15,7 @@ import gradio as gr
 
 from lab.config import (ACTIVATIONS, ARCHS, NORMS, POS_ENCODINGS, TASK_NAMES, ConfigError, ModelConfig,
                         RunConfig, TaskConfig)
-from lab.tasks import TASKS, get_task
+from lab.tasks import get_task
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,9 @@ def _num(**extra):
     return lambda **kw: gr.Number(**extra, **kw)
 
 
-TASK_INFO = "; ".join(f"{t.name}: {t.description}" for t in TASKS.values())
 KNOBS: tuple[Knob, ...] = (
-    Knob("task.name", "Task", "What the model must learn. " + TASK_INFO, _dd(TASK_NAMES), str),
+    Knob("task.name", "Task", "What the model must learn (described beside the Start button).",
+         _dd(TASK_NAMES), str),
     Knob("task.min_len", "Shortest training length", "Training lengths are drawn from [shortest, longest].",
          _slider(1, 32)),
     Knob("task.max_len", "Longest training length",

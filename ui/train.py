@@ -14,6 +14,7 @@ import pandas as pd
 
 from lab.analysis import param_breakdown
 from lab.config import ConfigError, RunConfig
+from lab.tasks import get_task
 from ui.common import TERMINAL, AppContext, curve, friendly, named
 from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, values_from_query
 from ui.share import build_share_panel
@@ -41,7 +42,9 @@ def describe(cfg: RunConfig) -> str:
     hint = ""
     if cfg.model.pos == "alibi" and cfg.model.n_heads <= 2:
         hint = "\n\n*Hint: with 1-2 heads ALiBi's slopes are tiny (2^-8, 2^-4), so its recency bias is weak.*"
-    return f"**{total:,} parameters** ({detail}). Longest sequence: {cfg.model.n_ctx} tokens.{hint}"
+    task = get_task(cfg.task.name)
+    return (f"**Task {task.name}**: {task.description}\n\n**{total:,} parameters** ({detail}). "
+            f"Longest sequence: {cfg.model.n_ctx} tokens.{hint}")
 
 
 def validate(*args: Any) -> str:
