@@ -14,8 +14,7 @@ import threading
 import time
 from typing import Any, NoReturn, Optional, Sequence, TextIO
 
-from lab.config import (ARCHS, DEVICES, NORMS, POS_ENCODINGS, TASK_NAMES, ConfigError, ModelConfig,
-                        RunConfig, TaskConfig, TrainConfig)
+from lab.config import ARCHS, DEVICES, NORMS, POS_ENCODINGS, TASK_NAMES, ConfigError, RunConfig
 from lab.records import Record, StepRecord
 
 # flag -> (section, field). The section's dataclass validates; the flag only carries the value.
@@ -198,8 +197,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ValueError, FileNotFoundError) as exc:
         sys.stderr.write(f"lab: error: {' '.join(str(exc).split())}\n")
         return 2
-    except Exception as exc:  # a training failure: kept in the run's status, one line here
-        sys.stderr.write(f"lab: run failed: {type(exc).__name__}: {' '.join(str(exc).split())}\n")
+    except BrokenPipeError:  # `python -m lab list | head`: the reader left, nothing to report
+        return 0
+    except Exception as exc:  # a training failure is also kept in the run's status
+        what = "run failed" if args.cmd == "train" else f"{args.cmd} failed"
+        sys.stderr.write(f"lab: {what}: {type(exc).__name__}: {' '.join(str(exc).split())}\n")
         return 1
 
 

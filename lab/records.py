@@ -19,7 +19,7 @@ class StepRecord:
     loss: float  # training loss on this step's batch (answer positions only)
     lr: float
     grad_norm: float  # global gradient norm before clipping
-    tokens: int  # cumulative scored tokens processed
+    tokens: int  # cumulative input tokens processed (decoder input, plus encoder input for encoder-decoder)
     elapsed_s: float  # wall seconds since training started
     tokens_per_s: float  # throughput over the recent window
 

@@ -1,0 +1,180 @@
+"""lab.plots: every builder returns a fresh Figure with the expected axes; PNG export; no pyplot
+(global state) and no gradio anywhere in lab/."""
+from __future__ import annotations
+
+import ast
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from lab.analysis import COMPONENTS, attention, load_model, param_breakdown, positional_view, sampled_probe
+from lab.config import ModelConfig, RunConfig, TaskConfig
+from lab.plots import KIND_TITLES, attention_grid, curves_figure, params_figure, positional_figure, to_png
+
+LAB = Path(__file__).resolve().parents[1] / "lab"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def tiny(pos="learned", n_heads=2, arch="decoder", n_layers=2) -> RunConfig:
+    return RunConfig(model=ModelConfig(arch=arch, pos=pos, d_model=16, n_heads=n_heads, n_layers=n_layers,
+                                       d_ff=32, n_ctx=40), task=TaskConfig(max_len=4))
+
+
+def patterns(n_layers: int, n_heads: int, tq: int, tk: int) -> np.ndarray:
+    x = np.random.default_rng(0).normal(size=(n_layers, n_heads, tq, tk))
+    e = np.exp(x)
+    return (e / e.sum(-1, keepdims=True)).astype(np.float32)
+
+
+def images(fig: Figure) -> list:
+    return [ax for ax in fig.axes if ax.images]
+
+
+@pytest.mark.parametrize("n_layers,n_heads", [(1, 1), (2, 3), (3, 4)])
+def test_attention_grid_has_one_heatmap_per_layer_and_head(n_layers, n_heads):
+    pats = patterns(n_layers, n_heads, 5, 7)
+    q, k = [f"q{i}" for i in range(5)], [f"k{i}" for i in range(7)]
+    fig = attention_grid(pats, q, k, title="demo")
+    assert isinstance(fig, Figure)
+    assert len(fig.axes) == n_layers * n_heads + 1  # + the colorbar
+    heatmaps = images(fig)
+    assert len(heatmaps) == n_layers * n_heads
+    for i, ax in enumerate(heatmaps):  # row-major: layer, then head; data drawn as given
+        np.testing.assert_array_equal(ax.images[0].get_array(), pats[i // n_heads, i % n_heads])
+    first = heatmaps[0]
+    assert [t.get_text() for t in first.get_xticklabels()] == k
+    assert [t.get_text() for t in first.get_yticklabels()] == q
+    assert fig._suptitle.get_text() == "demo"
+    assert to_png(fig).startswith(PNG)
+
+
+def test_attention_grid_thins_long_tick_labels():
+    labels = [str(i) for i in range(60)]
+    fig = attention_grid(patterns(1, 1, 60, 60), labels, labels)
+    shown = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert 1 < len(shown) <= 24 and shown[0] == "0"
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder-decoder"])
+def test_attention_grid_from_a_real_model(arch):
+    cfg = tiny(arch=arch)
+    p = sampled_probe(cfg)
+    for kind, pat in attention(load_model(cfg), p.batch).items():
+        q = p.dec_labels if kind != "enc_self" else p.src_labels
+        k = p.src_labels if kind in ("enc_self", "cross") else p.dec_labels
+        fig = attention_grid(pat, q, k, title=KIND_TITLES[kind])
+        assert len(images(fig)) == 2 * 2 and len(fig.axes) == 5
+
+
+@pytest.mark.parametrize("pos", ["sinusoidal", "learned"])
+def test_positional_figure_for_tables(pos):
+    view = positional_view(tiny(pos=pos))
+    fig = positional_figure(view, title=pos)
+    assert isinstance(fig, Figure)
+    assert len(fig.axes) == 4  # PCA scatter, similarity heatmap, and a colorbar for each
+    scatter = fig.axes[0]
+    np.testing.assert_allclose(scatter.collections[0].get_offsets(), view.pca)
+    assert "PC1" in scatter.get_xlabel() and "%" in scatter.get_xlabel()
+    np.testing.assert_allclose(images(fig)[0].images[0].get_array(), view.similarity)
+    assert to_png(fig).startswith(PNG)
+
+
+@pytest.mark.parametrize("n_heads,panels", [(1, 1), (2, 2), (4, 4), (8, 4)])
+def test_positional_figure_for_alibi_shows_a_panel_per_head(n_heads, panels):
+    view = positional_view(tiny(pos="alibi", n_heads=n_heads), n=8)
+    fig = positional_figure(view)
+    heatmaps = images(fig)
+    assert len(heatmaps) == panels and len(fig.axes) == panels + 1
+    for h, ax in enumerate(heatmaps):
+        np.testing.assert_allclose(ax.images[0].get_array(), view.relative[h])
+    if panels > 1:
+        assert [ax.get_title() for ax in heatmaps] == [f"head {h}" for h in range(panels)]
+    assert to_png(fig).startswith(PNG)
+
+
+def test_positional_figure_for_rope_shows_its_single_pattern():
+    view = positional_view(tiny(pos="rope", n_heads=4), n=8)
+    fig = positional_figure(view)
+    heatmaps = images(fig)
+    assert len(heatmaps) == 1 and len(fig.axes) == 2  # every head shares it: one panel + colorbar
+    assert heatmaps[0].get_title() == "every head"
+    np.testing.assert_allclose(heatmaps[0].images[0].get_array(), view.relative[0])
+    assert to_png(fig).startswith(PNG)
+
+
+def test_positional_figure_for_none_shows_the_note():
+    view = positional_view(tiny(pos="none"))
+    fig = positional_figure(view)
+    assert len(fig.axes) == 1 and not fig.axes[0].axison
+    text = " ".join(t.get_text() for t in fig.axes[0].texts)
+    assert " ".join(text.split()) == " ".join(view.note.split())
+    assert to_png(fig).startswith(PNG)
+
+
+def test_params_figure_stacks_each_runs_components():
+    cfgs = {"learned": tiny(pos="learned"), "rope": tiny(pos="rope"), "enc-dec": tiny(arch="encoder-decoder")}
+    breakdowns = {name: param_breakdown(cfg) for name, cfg in cfgs.items()}
+    fig = params_figure(breakdowns)
+    assert isinstance(fig, Figure) and len(fig.axes) == 1
+    ax = fig.axes[0]
+    bars = ax.patches
+    assert len(bars) == len(COMPONENTS) * len(breakdowns)
+    ends = {}  # a run's bars end at its total
+    for bar in bars:
+        y = round(bar.get_y() + bar.get_height() / 2)
+        ends[y] = max(ends.get(y, 0), bar.get_x() + bar.get_width())
+    assert sorted(ends.values()) == sorted(float(sum(b.values())) for b in breakdowns.values())
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == list(COMPONENTS)
+    assert to_png(fig).startswith(PNG)
+
+
+def test_curves_figure_draws_a_line_per_group_and_bands():
+    df = pd.DataFrame({"step": [3, 1, 2] * 2, "loss": [0.5, 2.0, 1.0, 0.7, 2.2, 1.5],
+                       "lo": [0.4, 1.9, 0.9, 0.6, 2.1, 1.4], "hi": [0.6, 2.1, 1.1, 0.8, 2.3, 1.6],
+                       "run": ["a"] * 3 + ["b"] * 3})
+    fig = curves_figure(df, "step", "loss", "run", title="loss", band=("lo", "hi"))
+    ax = fig.axes[0]
+    assert len(fig.axes) == 1 and len(ax.lines) == 2 and len(ax.collections) == 2
+    np.testing.assert_array_equal(ax.lines[0].get_xdata(), [1, 2, 3])  # sorted by x
+    np.testing.assert_array_equal(ax.lines[0].get_ydata(), [2.0, 1.0, 0.5])
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
+    assert ax.get_xlabel() == "step" and ax.get_ylabel() == "loss"
+    assert to_png(curves_figure(df, "step", "loss", "run")).startswith(PNG)
+
+
+def test_figures_are_independent_and_thread_safe():
+    def draw(i: int) -> bytes:
+        return to_png(attention_grid(patterns(1, 2, 4, 4), list("abcd"), list("abcd"), title=str(i)), dpi=40)
+
+    with ThreadPoolExecutor(4) as pool:
+        pngs = list(pool.map(draw, range(4)))
+    assert all(p.startswith(PNG) for p in pngs)
+    a, b = attention_grid(patterns(1, 1, 3, 3), "abc", "abc"), attention_grid(patterns(2, 2, 3, 3), "abc", "abc")
+    assert a is not b and len(a.axes) == 2 and len(b.axes) == 5
+
+
+def _imported_modules(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_lab_never_imports_pyplot_or_gradio():
+    files = sorted(LAB.glob("*.py"))
+    assert len(files) >= 10 and LAB / "plots.py" in files
+    for path in files:
+        mods = _imported_modules(path)
+        assert not {m for m in mods if m.startswith(("matplotlib.pyplot", "matplotlib.pylab", "pylab"))}, path
+        assert not {m for m in mods if m.split(".")[0] == "gradio"}, path
+        text = path.read_text(encoding="utf-8")
+        assert "import_module(\"matplotlib.pyplot" not in text and "plt." not in text, path
+    assert "matplotlib.figure" in _imported_modules(LAB / "plots.py")
