@@ -192,7 +192,8 @@ class ModularAddition(Task):
     def pairs(self, cfg: TaskConfig, split: str) -> Tensor:
         p = cfg.modulus
         perm = torch.randperm(p * p, generator=torch.Generator().manual_seed(0))
-        n_train = max(1, int(round(cfg.train_fraction * p * p)))
+        # at least one pair on each side: a small modulus with a high fraction must still hold one out
+        n_train = min(p * p - 1, max(1, int(round(cfg.train_fraction * p * p))))
         idx = perm[:n_train] if split == "train" else perm[n_train:]
         return torch.stack([idx // p, idx % p], 1)  # (N, 2)
 

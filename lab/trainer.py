@@ -198,9 +198,11 @@ def train(
             last_eval = do_eval(step)
         if step in snaps:
             emit(SnapshotRecord(step, probe_attention(model, cfg, device)))
-    if stopped and step > 0 and (last_eval is None or last_eval.step != step):
-        last_eval = do_eval(step)
-        emit(SnapshotRecord(step, probe_attention(model, cfg, device)))
+    if stopped and step > 0:  # a stopped run ends with metrics and attention at the step it reached
+        if last_eval is None or last_eval.step != step:
+            last_eval = do_eval(step)
+        if step not in snaps:  # (at most one snapshot per step)
+            emit(SnapshotRecord(step, probe_attention(model, cfg, device)))
     wall = time.perf_counter() - t0
     return TrainResult(
         steps_done=step,

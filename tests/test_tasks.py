@@ -1,0 +1,322 @@
+"""Toy tasks: layouts and shapes, loss masks, answers checked by plain Python, seeding, splits."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from lab.config import ARCHS, TASK_NAMES, ConfigError, ModelConfig, RunConfig, TaskConfig
+from lab.tasks import (
+    IGNORE_INDEX,
+    TASKS,
+    Batch,
+    eval_batches,
+    get_task,
+    induction_sequences,
+    probe,
+)
+
+SEQ2SEQ = [name for name in TASK_NAMES if not get_task(name).lm]
+CASES = [(name, arch) for name, arch in itertools.product(TASK_NAMES, ARCHS)
+         if not (name == "induction" and arch == "encoder-decoder")]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def small(name: str, **kw) -> TaskConfig:
+    base = dict(name=name, min_len=4 if name == "induction" else 1, max_len=6, n_symbols=6, modulus=11)
+    return TaskConfig(**{**base, **kw})
+
+
+def gen(seed: int = 0) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def split_layout(task, cfg: TaskConfig, arch: str, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check the batch layout and return (prompt, answer), each (n, len)."""
+    sep = task.sep(cfg)
+    if arch == "encoder-decoder":
+        assert b.src is not None
+        assert (b.tgt != IGNORE_INDEX).all()  # every decoder position is an answer position
+        assert (b.inp[:, 0] == sep).all()
+        assert torch.equal(b.inp[:, 1:], b.tgt[:, :-1])  # teacher forcing: shifted answer
+        return b.src, b.tgt
+    assert b.src is None
+    n_ans = int((b.tgt[0] != IGNORE_INDEX).sum())
+    p = b.inp.shape[1] - n_ans  # inp = prompt SEP answer[:-1]
+    assert (b.tgt[:, :p] == IGNORE_INDEX).all()  # non-answer positions are not scored
+    assert (b.tgt[:, p:] != IGNORE_INDEX).all()
+    assert (b.inp[:, p] == sep).all()
+    assert torch.equal(b.inp[:, p + 1:], b.tgt[:, p:-1])
+    return b.inp[:, :p], b.tgt[:, p:]
+
+
+def python_answer(name: str, cfg: TaskConfig, prompt: list[int]) -> list[int]:
+    """The right answer, computed independently with Python lists and ints."""
+    if name == "copy":
+        return list(prompt)
+    if name == "reverse":
+        return prompt[::-1]
+    if name == "sort":
+        return sorted(prompt)
+    if name == "addition":
+        n = (len(prompt) - 1) // 2
+        assert prompt[n] == 10 and len(prompt) == 2 * n + 1  # a '+' b, most significant digit first
+        a, b = int("".join(map(str, prompt[:n]))), int("".join(map(str, prompt[n + 1:])))
+        return [int(c) for c in reversed(str(a + b).zfill(n + 1))]  # least significant first
+    if name == "modular_addition":
+        a, b = prompt
+        return [(a + b) % cfg.modulus]
+    if name == "parity":
+        return [sum(prompt) % 2]
+    if name == "histogram":
+        return [cfg.n_symbols + prompt.count(x) - 1 for x in prompt]
+    raise AssertionError(name)
+
+
+def all_lengths(task, cfg: TaskConfig) -> list[int]:
+    return task.lengths(cfg, "train") + task.lengths(cfg, "ood")
+
+
+# ---- shapes, masks and answers -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name, arch", CASES)
+def test_shapes_consistent_with_max_seq_len(name, arch):
+    task, cfg = get_task(name), small(name)
+    longest = 0
+    for length in all_lengths(task, cfg):
+        b = task.batch(cfg, arch, 3, gen(length), length, "eval")
+        assert b.inp.shape == b.tgt.shape and b.inp.shape[0] == 3
+        assert b.inp.dtype == b.tgt.dtype == torch.long
+        if name == "induction":
+            assert b.inp.shape[1] == length - 1
+        elif arch == "encoder-decoder":
+            assert b.src.shape == (3, task.prompt_len(cfg, length))
+            assert b.inp.shape[1] == task.answer_len(cfg, length)
+        else:
+            assert b.inp.shape[1] == task.prompt_len(cfg, length) + task.answer_len(cfg, length)
+        longest = max(longest, b.inp.shape[1], 0 if b.src is None else b.src.shape[1])
+    assert longest == task.max_seq_len(cfg, arch)
+    # and that is exactly the n_ctx the config asks for
+    RunConfig(model=ModelConfig(arch=arch, n_ctx=longest), task=cfg)
+    with pytest.raises(ConfigError) as info:
+        RunConfig(model=ModelConfig(arch=arch, n_ctx=longest - 1), task=cfg)
+    assert info.value.field == "model.n_ctx"
+
+
+@pytest.mark.parametrize("name, arch", [c for c in CASES if c[0] != "induction"])
+def test_answers_are_right(name, arch):
+    task, cfg = get_task(name), small(name)
+    lengths = sorted(set(all_lengths(task, cfg)))
+    for length in lengths:
+        b = task.batch(cfg, arch, 64, gen(100 + length), length, "eval")
+        prompt, answer = split_layout(task, cfg, arch, b)
+        assert prompt.shape[1] == task.prompt_len(cfg, length)
+        assert answer.shape[1] == task.answer_len(cfg, length)
+        assert (prompt >= 0).all() and (prompt < task.sep(cfg)).all() and (answer >= 0).all()
+        assert (b.inp < task.vocab_size(cfg)).all() and (answer < task.vocab_size(cfg)).all()
+        assert (answer != task.sep(cfg)).all()
+        for p, a in zip(prompt.tolist(), answer.tolist()):
+            assert a == python_answer(name, cfg, p), (p, a)
+
+
+@pytest.mark.parametrize("name, arch", CASES)
+def test_training_batches_use_training_lengths(name, arch):
+    task, cfg = get_task(name), small(name)
+    g = gen(3)
+    seen = set()
+    for _ in range(60):
+        b = task.batch(cfg, arch, 2, g)
+        t = b.inp.shape[1] if b.src is None else b.src.shape[1]
+        seen.add(t)
+    want = {len_of(task, cfg, arch, n) for n in task.lengths(cfg, "train")}
+    assert seen == want
+
+
+def len_of(task, cfg: TaskConfig, arch: str, length: int) -> int:
+    if task.lm:
+        return length - 1
+    if arch == "encoder-decoder":
+        return task.prompt_len(cfg, length)
+    return task.prompt_len(cfg, length) + task.answer_len(cfg, length)
+
+
+def test_addition_answers_with_carries():
+    task, cfg = get_task("addition"), small("addition")
+    prompt = torch.tensor([[9, 9, 9, 10, 0, 0, 1], [1, 2, 3, 10, 4, 5, 6], [0, 0, 0, 10, 0, 0, 0]])
+    assert task.solve(cfg, prompt).tolist() == [[0, 0, 0, 1], [9, 7, 5, 0], [0, 0, 0, 0]]
+    assert task.label(cfg, 10) == "+" and task.label(cfg, task.sep(cfg)) == "|"
+
+
+def test_parity_and_histogram_examples():
+    cfg = small("histogram", n_symbols=4)
+    hist = get_task("histogram")
+    assert hist.solve(cfg, torch.tensor([[2, 0, 2, 2, 3]])).tolist() == [[6, 4, 6, 6, 4]]  # counts 3,1,3,3,1
+    assert hist.label(cfg, 6) == "#3"
+    assert hist.vocab_size(cfg) == 4 + cfg.ood_max_len + 1  # symbols, every possible count, SEP
+    par = get_task("parity")
+    assert par.solve(small("parity"), torch.tensor([[1, 0, 1], [1, 1, 1]])).tolist() == [[0], [1]]
+
+
+def test_sort_has_many_repeats_in_half_the_samples():
+    task, cfg = get_task("sort"), small("sort", n_symbols=9)
+    prompt = task.gen_prompt(cfg, 6, 4000, gen(0), "train")
+    narrow = ((prompt.max(1).values - prompt.min(1).values) < 3).float().mean().item()  # drawn from 3 symbols
+    assert 0.45 < narrow < 0.6
+    assert set(prompt.flatten().tolist()) == set(range(9))
+
+
+# ---- induction -----------------------------------------------------------------------------
+
+
+def test_induction_with_encoder_decoder_raises():
+    task, cfg = get_task("induction"), small("induction")
+    for call in (lambda: task.check(cfg, "encoder-decoder"), lambda: task.max_seq_len(cfg, "encoder-decoder"),
+                 lambda: RunConfig(model=ModelConfig(arch="encoder-decoder"), task=cfg)):
+        with pytest.raises(ConfigError) as info:
+            call()
+        assert info.value.field == "task.name"
+        assert "induction" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        task.check(TaskConfig(name="induction", min_len=3), "decoder")
+    assert info.value.field == "task.min_len"
+
+
+@pytest.mark.parametrize("length", [4, 5, 12, 33])
+def test_induction_mask_scores_only_repeats(length):
+    seq, scored = induction_sequences(8, length, 300, gen(length))
+    assert seq.shape == scored.shape == (300, length)
+    starts, periods = set(), set()
+    for s, m in zip(seq.tolist(), scored.tolist()):
+        first = m.index(True)  # scored positions are one suffix: the repeat runs to the end
+        assert all(m[first:]) and not any(m[:first])
+        # some period P: every scored token equals the token P earlier, the first copy unscored
+        fits = [p for p in range(2, max(2, length // 2) + 1)
+                if first - p >= 0 and all(s[i] == s[i - p] for i in range(first, length))]
+        assert fits, (s, m)
+        starts.add(first)
+        periods.update(fits)
+    if length >= 12:  # offset and period vary: a fixed offset would let one layer solve it by position
+        assert len(starts) > 3 and len(periods) > 3
+
+
+def test_induction_batch_layout():
+    task, cfg = get_task("induction"), small("induction", max_len=10)
+    b = task.batch(cfg, "decoder", 50, gen(1), 10)
+    assert b.inp.shape == b.tgt.shape == (50, 9)
+    assert (b.tgt[:, -1] != IGNORE_INDEX).all()  # the last token is always inside the repeat
+    seq = torch.cat([b.inp, b.tgt[:, -1:]], 1)  # (50, 10): the whole sequence
+    scored = b.tgt != IGNORE_INDEX
+    assert torch.equal(b.tgt[scored], seq[:, 1:][scored])  # targets are the next tokens
+    assert (b.inp < task.vocab_size(cfg)).all()
+    assert scored.float().mean() > 0.2
+
+
+# ---- seeding, splits, held-out batches --------------------------------------------------------
+
+
+def batches_equal(a: Batch, b: Batch) -> bool:
+    same_src = (a.src is None and b.src is None) or (
+        a.src is not None and b.src is not None and torch.equal(a.src, b.src))
+    return torch.equal(a.inp, b.inp) and torch.equal(a.tgt, b.tgt) and same_src
+
+
+@pytest.mark.parametrize("name, arch", CASES)
+def test_generation_is_reproducible_from_the_seed(name, arch):
+    task, cfg = get_task(name), small(name)
+    torch.manual_seed(1)
+    a = [task.batch(cfg, arch, 16, g) for g in [gen(5)] for _ in range(3)]
+    torch.manual_seed(2)  # the global RNG plays no part
+    b = [task.batch(cfg, arch, 16, g) for g in [gen(5)] for _ in range(3)]
+    c = [task.batch(cfg, arch, 16, g) for g in [gen(6)] for _ in range(3)]
+    assert all(batches_equal(x, y) for x, y in zip(a, b))
+    assert not all(batches_equal(x, y) for x, y in zip(a, c))
+
+
+@pytest.mark.parametrize("p, fraction", [(11, 0.3), (7, 0.5), (3, 0.95), (2, 0.95)])
+def test_modular_addition_splits_are_disjoint_and_complete(p, fraction):
+    task, cfg = get_task("modular_addition"), small("modular_addition", modulus=p, train_fraction=fraction)
+    train = {tuple(x) for x in task.pairs(cfg, "train").tolist()}
+    test = {tuple(x) for x in task.pairs(cfg, "test").tolist()}
+    assert len(train) == task.pairs(cfg, "train").shape[0]  # no duplicates
+    assert len(test) == task.pairs(cfg, "test").shape[0]
+    assert not train & test
+    assert train | test == {(a, b) for a in range(p) for b in range(p)}
+    assert len(test) >= 1  # something is always held out
+    assert abs(len(train) - fraction * p * p) <= 1
+    # training batches draw from training pairs only, held-out batches from held-out pairs only
+    for arch in ARCHS:
+        tr = task.batch(cfg, arch, 200, gen(0))
+        ev = eval_batches(cfg, arch, "eval", 200)
+        tr_prompt = tr.inp[:, :2] if arch == "decoder" else tr.src
+        ev_prompt = torch.cat([e.inp[:, :2] if arch == "decoder" else e.src for e in ev])
+        assert {tuple(x) for x in tr_prompt.tolist()} <= train
+        assert {tuple(x) for x in ev_prompt.tolist()} <= test
+    assert eval_batches(cfg, "decoder", "ood", 100) == []
+
+
+@pytest.mark.parametrize("name, arch", CASES)
+def test_eval_batches_are_deterministic(name, arch):
+    cfg = small(name)
+    torch.manual_seed(0)
+    a = eval_batches(cfg, arch, "eval", 100, batch_size=32)
+    torch.manual_seed(1)
+    b = eval_batches(cfg, arch, "eval", 100, batch_size=32)
+    assert len(a) == len(b) > 0
+    assert all(batches_equal(x, y) for x, y in zip(a, b))
+    assert sum(x.inp.shape[0] for x in a) >= 100
+    ood = eval_batches(cfg, arch, "ood", 100, batch_size=32)
+    if get_task(name).has_ood:
+        assert all(not batches_equal(x, y) for x, y in zip(a, ood) if x.inp.shape == y.inp.shape)
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_ood_lengths(name):
+    task = get_task(name)
+    arch = "decoder"
+    for cfg, want in ((small(name), list(range(7, 13))), (small(name, ood_len=9), [7, 8, 9])):
+        if not task.has_ood:
+            assert task.lengths(cfg, "ood") == [] and eval_batches(cfg, arch, "ood", 50) == []
+            continue
+        assert task.lengths(cfg, "ood") == want  # max_len + 1 .. ood_max_len
+        assert task.lengths(cfg, "eval") == list(range(cfg.min_len, cfg.max_len + 1))
+        got = sorted({b.inp.shape[1] for b in eval_batches(cfg, arch, "ood", 50)})
+        assert got == sorted({len_of(task, cfg, arch, n) for n in want})
+        # evenly spread: every length gets the same number of samples
+        counts = {}
+        for b in eval_batches(cfg, arch, "ood", 50):
+            counts[b.inp.shape[1]] = counts.get(b.inp.shape[1], 0) + b.inp.shape[0]
+        assert len(set(counts.values())) == 1
+
+
+@pytest.mark.parametrize("name, arch", CASES)
+def test_probe_is_one_fixed_sample_at_max_len(name, arch):
+    task, cfg = get_task(name), small(name)
+    a, b = probe(cfg, arch), probe(cfg, arch)
+    assert batches_equal(a, b)
+    assert a.inp.shape[0] == 1
+    assert (a.inp.shape[1] if a.src is None else a.src.shape[1]) == len_of(task, cfg, arch, cfg.max_len)
+
+
+def test_registry_and_labels():
+    assert set(TASKS) == set(TASK_NAMES)
+    for name in SEQ2SEQ:
+        task, cfg = get_task(name), small(name)
+        assert task.description
+        assert task.sep(cfg) == task.vocab_size(cfg) - 1  # SEP is the last token
+        assert task.label(cfg, task.sep(cfg)) in ("|", "=")
+    assert get_task("modular_addition").label(small("modular_addition"), 11) == "="
+
+
+def test_batch_to_device_keeps_values():
+    b = get_task("copy").batch(small("copy"), "encoder-decoder", 2, gen(0))
+    c = b.to("cpu")
+    assert batches_equal(b, c)
