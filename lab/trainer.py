@@ -50,6 +50,9 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cpu")
     if name == "cuda" and not torch.cuda.is_available():
         raise ValueError("train.device: 'cuda' was asked for but no CUDA GPU is available (allowed here: auto, cpu)")
+    mps = getattr(torch.backends, "mps", None)
+    if name == "mps" and not (mps and mps.is_available()):
+        raise ValueError("train.device: 'mps' was asked for but no Apple GPU is available (allowed here: auto, cpu)")
     return torch.device(name)
 
 
