@@ -6,10 +6,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 # The browser tests drive Debian's Chromium through Playwright (Playwright cannot download a browser here).
-if ! command -v chromium >/dev/null 2>&1 && ! [ -x /usr/bin/chromium ]; then
+# The emoji font keeps the README screenshots free of empty boxes.
+need=""
+{ command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; } || need="chromium"
+dpkg -s fonts-noto-color-emoji >/dev/null 2>&1 || need="$need fonts-noto-color-emoji"
+if [ -n "$need" ] && command -v apt-get >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >/dev/null
 fi
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1
 exec python -m pytest "$@"

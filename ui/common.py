@@ -79,6 +79,27 @@ CURVES = {  # metric choice -> (record kind, column)
     "loss (longer lengths)": ("eval", "ood_loss"),
 }
 X_AXES = {"step": "step", "time (s)": "elapsed_s", "tokens": "tokens"}
+SERIES_COLOURS = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6",
+                  "#9d755d", "#bab0ac")  # vega's default categorical palette (tableau10)
+
+# Gradio 6.31's LinePlot fixes its colour scale to the series in the value it first draws, then only
+# swaps the data: a series that appears later is never drawn. It redraws from scratch when a prop
+# such as color_map changes, but an update applies its props one by one with the value last, so that
+# redraw still sees the old value. Hence: live plots name every series from the first poll
+# (`with_series`), and Compare sends the new curves first and their colour map in a second step.
+
+
+def with_series(frame: pd.DataFrame, column: str, names: tuple[str, ...], x: str) -> pd.DataFrame:
+    """`frame` plus one row without a value for each series in `names` that it lacks (it draws nothing)."""
+    missing = [n for n in names if n not in set(frame[column])]
+    if not missing:
+        return frame
+    pad = pd.DataFrame({x: [0] * len(missing), "value": [float("nan")] * len(missing), column: missing})
+    return pd.concat([frame, pad], ignore_index=True)
+
+
+def colour_map(names: list[str]) -> dict[str, str]:
+    return {n: SERIES_COLOURS[i % len(SERIES_COLOURS)] for i, n in enumerate(dict.fromkeys(names))}
 
 
 def curve(metrics: pd.DataFrame, metric: str, x: str = "step", smoothing: float = 0.0) -> pd.DataFrame:

@@ -14,7 +14,7 @@ import pandas as pd
 from lab.analysis import param_breakdown
 from lab.config import ARCHS, NORMS, POS_ENCODINGS, TASK_NAMES
 from lab.plots import curves_figure, params_figure, to_png
-from ui.common import CURVES, X_AXES, AppContext, curve, friendly, named, short_label
+from ui.common import CURVES, X_AXES, AppContext, colour_map, curve, friendly, named, short_label
 
 FILTERS = {"task.name": TASK_NAMES, "model.arch": ARCHS, "model.pos": POS_ENCODINGS, "model.norm": NORMS}
 TABLE_COLS = {"run_id": "run", "state": "state", "task.name": "task", "model.arch": "arch", "model.pos": "PE",
@@ -45,17 +45,25 @@ def choices(df: pd.DataFrame) -> list[tuple[str, str]]:
     return [(short_label(r), r["run_id"]) for r in df.iloc[::-1].to_dict("records") if not r.get("damaged")]
 
 
-def compare_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoothing: float,
-                   diff_only: bool) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Any]:
-    listing = ctx.store.list().set_index("run_id")
+def run_labels(ctx: AppContext, run_ids: Optional[list[str]],
+               listing: Optional[pd.DataFrame] = None) -> dict[str, str]:
+    """run id -> its label in curves and tables; ValueError for an id that is not a stored run."""
+    listing = ctx.store.list().set_index("run_id") if listing is None else listing
     for r in run_ids or []:
         ctx.store.path(r)  # refuses ids that are not run ids (path tricks included)
         if r not in listing.index:
             raise ValueError(f"run_id: {r!r} is not a stored run")
-    labels = {r: short_label({"run_id": r, **listing.loc[r].to_dict()}) for r in run_ids}
+    return {r: short_label({"run_id": r, **listing.loc[r].to_dict()}) for r in run_ids or []}
+
+
+def compare_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoothing: float,
+                   diff_only: bool) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Any]:
+    listing = ctx.store.list().set_index("run_id")
+    labels = run_labels(ctx, run_ids, listing)
     run_ids = list(run_ids or [])
     curves = [curve(ctx.store.metrics(r), metric, x, smoothing).assign(run=labels[r]) for r in run_ids]
-    curves_df = pd.concat(curves) if curves else pd.DataFrame({"x": [], "value": [], "run": []})
+    empty = pd.DataFrame({"x": [], "value": [], "run": pd.Series([], dtype=object)})  # run: nominal, even empty
+    curves_df = pd.concat(curves) if curves else empty
     finals = pd.DataFrame([{
         "run": labels[r], "state": listing.loc[r, "state"],
         "params": listing.loc[r].get("final.params"), "steps": listing.loc[r].get("step"),
@@ -132,8 +140,20 @@ def build_compare_tab(ctx: AppContext) -> gr.Tab:
     all_btn.click(named(on_all, fnames), inputs=filters, outputs=pick, api_name="select_all")
     settings = [pick, metric, xaxis, smooth, diff_only]
     snames = ["run_ids", "metric", "x", "smoothing", "diff_only"]
-    gr.on([c.change for c in settings], named(friendly(lambda *a: compare_frames(ctx, *a)), snames), inputs=settings,
-          outputs=[curves, finals, configs, params], api_name="compare", trigger_mode="always_last")
+
+    @friendly
+    def on_compare(run_ids: list[str], metric: str, x: str, smoothing: float, diff_only: bool):
+        curves_df, *rest = compare_frames(ctx, run_ids, metric, x, smoothing, diff_only)
+        return gr.LinePlot(value=curves_df, x_title=x, y_title=metric), *rest
+
+    @friendly
+    def on_colours(run_ids: list[str]):
+        # a second step, once the new curves are in: see the note in ui/common.py
+        return gr.LinePlot(color_map=colour_map(list(run_labels(ctx, run_ids).values())))
+
+    gr.on([c.change for c in settings], on_compare, inputs=settings, outputs=[curves, finals, configs, params],
+          api_name="compare", trigger_mode="always_last").success(
+        on_colours, inputs=pick, outputs=curves, api_name="compare_colours", show_progress="hidden")
     export_btn.click(named(friendly(lambda *a: export(ctx, *a)), snames[:4]), inputs=[pick, metric, xaxis, smooth], outputs=files,
                      api_name="export")
     return tab

@@ -102,7 +102,10 @@ def _as_kind(knob: Knob, value: Any) -> Any:
         raise ConfigError(knob.key, "is empty")
     if knob.kind is int:
         if isinstance(value, str):
-            value = float(value) if value.strip().lstrip("-").replace(".", "", 1).isdigit() else value
+            try:
+                value = float(value)
+            except ValueError:
+                return value  # not a number: the config check names the field and what is allowed
         if isinstance(value, float):
             if not math.isfinite(value) or value != int(value):
                 raise ConfigError(knob.key, f"{value!r} is not an integer")

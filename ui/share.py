@@ -39,7 +39,8 @@ def build_share_panel(widgets: dict[str, gr.components.Component]) -> None:
         return query_string(cfg, tuple(hidden or ()))
 
     names = [k.url_key for k in KNOBS]
-    link_btn.click(named(make_query, names + ["hide"]), inputs=inputs + [hide], outputs=query, api_name="share_query").then(
+    link_btn.click(named(make_query, names + ["hide"]), inputs=inputs + [hide], outputs=query, api_name="share_query",
+                   preprocess=False).then(  # raw values: config_from_values names a bad field (see ui/train.py)
         None, inputs=query, outputs=link, js=LINK_JS, api_name="share_link")
 
     @friendly
@@ -51,7 +52,8 @@ def build_share_panel(widgets: dict[str, gr.components.Component]) -> None:
             fh.write(cfg.to_json())
         return gr.File(value=path, visible=True)
 
-    json_btn.click(named(download, names), inputs=inputs, outputs=json_file, api_name="download_config")
+    json_btn.click(named(download, names), inputs=inputs, outputs=json_file, api_name="download_config",
+                   preprocess=False)
 
     @friendly
     def load(file: Optional[str]) -> list:

@@ -15,7 +15,7 @@ import pandas as pd
 from lab.analysis import param_breakdown
 from lab.config import ConfigError, RunConfig
 from lab.tasks import get_task
-from ui.common import TERMINAL, AppContext, curve, friendly, named
+from ui.common import TERMINAL, AppContext, curve, friendly, named, with_series
 from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, values_from_query
 from ui.share import build_share_panel
 
@@ -84,7 +84,10 @@ def live_frames(ctx: AppContext, run_id: str) -> tuple[pd.DataFrame, pd.DataFram
                       curve(m, "eval loss").assign(series="held-out")])
     acc = pd.concat([curve(m, "exact-match (training lengths)").assign(series="training lengths"),
                      curve(m, "exact-match (longer lengths)").assign(series="longer lengths")])
-    return loss.rename(columns={"x": "step"}), acc.rename(columns={"x": "step"})
+    loss, acc = loss.rename(columns={"x": "step"}), acc.rename(columns={"x": "step"})
+    # every series from the first poll on: a plot never draws a series that was absent when it first drew
+    return (with_series(loss, "series", ("train", "held-out"), "step"),
+            with_series(acc, "series", ("training lengths", "longer lengths"), "step"))
 
 
 def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.BrowserState) -> TrainTab:
@@ -111,19 +114,22 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
     inputs = [widgets[k] for k in KNOB_KEYS]
 
     names = [k.url_key for k in KNOBS]
+    # preprocess=False on every event that reads the knobs: the widgets' own checks (slider bounds, dropdown
+    # choices) would reject a bad value with a message that names no field; config_from_values names it.
     gr.on([widgets[k].change for k in KNOB_KEYS], named(validate, names), inputs=inputs, outputs=summary,
-          api_name="validate", show_progress="hidden", trigger_mode="always_last")
+          api_name="validate", show_progress="hidden", trigger_mode="always_last", preprocess=False)
 
     @friendly
     def on_start(*args: Any):
         *vals, runs, who = args
         cfg = config_from_values(_values(tuple(vals)))
         run_id = ctx.jobs.submit(cfg, owner=who or "")
-        runs = [run_id] + [r for r in (runs or []) if r != run_id][:49]
+        runs = [r for r in (runs if isinstance(runs, list) else []) if isinstance(r, str) and r != run_id]
+        runs = [run_id] + runs[:49]
         return gr.Dropdown(choices=runs, value=run_id), runs, progress_text(ctx, run_id)[1], gr.Timer(active=True)
 
     start.click(named(on_start, names + ["my_runs", "owner"]), inputs=inputs + [my_runs, owner], outputs=[run_pick, my_runs, progress, timer],
-                api_name="start")
+                api_name="start", preprocess=False)
 
     @friendly
     def on_poll(run_id: Optional[str]):

@@ -1,0 +1,106 @@
+"""Shared fixtures: the real app launched in a subprocess (`python app.py`) on a free port.
+
+The server gets its own run store (LAB_RUNS_DIR in a temp folder) and writes its output to a log
+file, so tests can check that no traceback was printed. It is terminated (killed if it hangs) at
+the end. Waits are generous: the CI host is small, shared and noisy.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+START_TIMEOUT_S = 120.0  # importing torch and gradio on a busy 2-core host can take a while
+
+
+@dataclass(frozen=True)
+class AppServer:
+    url: str  # "http://127.0.0.1:PORT"
+    runs_dir: Path  # the server's LAB_RUNS_DIR
+    log_path: Path  # its stdout and stderr
+    proc: subprocess.Popen
+
+    def log_text(self, start: int = 0) -> str:
+        """The server's output from byte `start` on."""
+        with open(self.log_path, "rb") as fh:
+            fh.seek(start)
+            return fh.read().decode("utf-8", "replace")
+
+    def log_size(self) -> int:
+        return self.log_path.stat().st_size
+
+    def run_folders(self) -> set[str]:
+        """Run folders in the store (dot-folders are runs still being created)."""
+        if not self.runs_dir.is_dir():
+            return set()
+        return {p.name for p in self.runs_dir.iterdir() if p.is_dir()}
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+@contextmanager
+def launch_app(folder: Path) -> Iterator[AppServer]:
+    """Start `python app.py` with its store in `folder/runs`; yield once it answers HTTP."""
+    runs_dir, log_path = folder / "runs", folder / "server.log"
+    port = free_port()
+    env = dict(os.environ, LAB_RUNS_DIR=str(runs_dir), GRADIO_SERVER_PORT=str(port),
+               GRADIO_SERVER_NAME="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    server = AppServer(f"http://127.0.0.1:{port}", runs_dir, log_path, proc)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _answers(server.url + "/"):
+            if proc.poll() is not None:
+                pytest.fail(f"app.py exited with status {proc.returncode} before answering:\n"
+                            f"{server.log_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"app.py did not answer on {server.url} within {START_TIMEOUT_S:.0f} s:\n"
+                            f"{server.log_text()[-3000:]}")
+            time.sleep(0.5)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=20)
+
+
+@pytest.fixture(scope="session")
+def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    """One launched app shared by the gradio_client tests."""
+    with launch_app(tmp_path_factory.mktemp("app")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def client(app_server: AppServer):
+    """A gradio_client.Client connected to the shared app."""
+    from gradio_client import Client
+
+    return Client(app_server.url, verbose=False)

@@ -1,0 +1,184 @@
+"""The launched app, driven through its API with gradio_client: start, poll, stop, compare, inspect,
+the poll latency while a run trains, and invalid knobs answered without a traceback.
+
+The server (`python app.py`, its own run store) comes from the session fixture in conftest.py.
+Waits are generous and nothing asserts timing except a lenient bound on the poll latency.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import pandas as pd
+import pytest
+from gradio_client.exceptions import AppError
+
+from tests.test_app import INVALID, INVALID_IDS
+
+pytestmark = pytest.mark.slow  # launches the app in a subprocess
+WAIT_S = 120.0
+SMALL = {"task": "copy", "max_len": 4, "d_model": 32, "n_heads": 2, "steps": 150}
+
+
+def start(client, **knobs: Any) -> str:
+    """Start a run through /start (SMALL, overridden by `knobs`); return its id."""
+    pick, my_runs, text, timer = client.predict(**{**SMALL, **knobs}, my_runs=[], owner="u1", api_name="/start")
+    run_id = pick["value"]
+    assert isinstance(run_id, str) and run_id
+    assert my_runs == [run_id]
+    assert timer["active"] is True
+    assert "Queued" in text or "Running" in text, text
+    return run_id
+
+
+def poll(client, run_id: str) -> tuple[str, pd.DataFrame, pd.DataFrame, bool]:
+    """(progress text, loss frame, accuracy frame, timer still active) from /poll."""
+    text, loss, acc, timer = client.predict(run_id, api_name="/poll")
+    return text, frame(loss), frame(acc), timer["active"]
+
+
+def poll_until_done(client, run_id: str, timeout: float = WAIT_S) -> tuple[str, pd.DataFrame, pd.DataFrame]:
+    deadline = time.monotonic() + timeout
+    while True:
+        text, loss, acc, active = poll(client, run_id)
+        if not active:
+            return text, loss, acc
+        assert time.monotonic() < deadline, f"run {run_id} still live after {timeout:.0f} s: {text}"
+        time.sleep(0.5)
+
+
+def frame(value: Any) -> pd.DataFrame:
+    """A plot's or table's value as sent to the browser ({'columns'|'headers': ..., 'data': ...}),
+    also inside a component update ({'__type__': 'update', 'value': ...})."""
+    if isinstance(value, dict) and value.get("__type__") == "update":
+        value = value.get("value")
+    if not value:
+        return pd.DataFrame()
+    return pd.DataFrame(value["data"], columns=value.get("columns") or value.get("headers"))
+
+
+def compare(client, run_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Any]:
+    curves, finals, configs, params = client.predict(run_ids=run_ids, metric="train loss", x="step", smoothing=0.0,
+                                                     diff_only=True, api_name="/compare")
+    assert curves["x_title"] == "step" and curves["y_title"] == "train loss"
+    colours = client.predict(run_ids, api_name="/compare_colours")["color_map"]  # the second step of /compare
+    curves = frame(curves)
+    assert set(colours) == set(curves["run"]) and len(set(colours.values())) == len(colours)
+    return curves, frame(finals), frame(configs), params
+
+
+def test_start_poll_then_compare_and_inspect(client, app_server):
+    run_id = start(client)
+    assert run_id in app_server.run_folders()
+
+    text, loss, acc = poll_until_done(client, run_id)
+    assert "Completed" in text and "150 steps" in text, text
+    assert set(loss["series"]) == {"train", "held-out"}  # every series, even before it has points
+    drawn = loss.dropna(subset=["value"])
+    assert set(drawn["series"]) == {"train", "held-out"} and drawn["step"].max() == 150
+    assert set(acc["series"]) == {"training lengths", "longer lengths"}
+    assert acc["value"].dropna().between(0, 1).all() and acc["value"].notna().any()
+
+    curves, finals, _, params = compare(client, [run_id])
+    assert len(curves) > 10 and curves["run"].nunique() == 1 and run_id[-6:] in curves["run"][0]
+    assert finals.loc[0, "state"] == "completed" and finals.loc[0, "steps"] == 150
+    assert params["type"] == "matplotlib" and params["plot"].startswith("data:image")
+
+    slider = client.predict(run_id, api_name="/snapshot_steps")
+    assert slider["maximum"] == 150 and slider["interactive"] is True
+    enc_self, dec_self, cross, caption = client.predict(run_id=run_id, source="sampled", text="",
+                                                        step=slider["maximum"], api_name="/attention_for_run")
+    assert dec_self["visible"] is True and dec_self["value"]["plot"].startswith("data:image")
+    assert enc_self["visible"] is False and cross["visible"] is False  # a decoder-only run
+    assert "step 150" in caption
+    *_, typed_caption = client.predict(run_id=run_id, source="typed", text="1 2 3", step=150, api_name="/attention")
+    assert typed_caption.startswith("Typed input")
+
+    scatter, figure, note = client.predict(run_id, api_name="/positional_a")
+    pcs = frame(scatter)
+    assert list(pcs.columns) == ["pc1", "pc2", "position"] and len(pcs) >= 8
+    assert figure["type"] == "matplotlib" and "PCA" in note
+
+    run_a, run_b = client.predict(api_name="/inspect_runs")
+    assert [label_id[1] for label_id in run_a["choices"]].count(run_id) == 1
+
+
+def test_poll_answers_fast_while_a_run_trains(client, record_property):
+    run_id = start(client, steps=5000)
+    deadline = time.monotonic() + WAIT_S
+    while True:  # wait until it really trains
+        text, loss, _, _ = poll(client, run_id)
+        if "Running" in text and loss["value"].notna().any():
+            break
+        assert time.monotonic() < deadline, f"run never started training: {text}"
+        time.sleep(0.5)
+
+    busy, rows = [], []
+    for _ in range(20):
+        t0 = time.perf_counter()
+        text, loss, _, active = poll(client, run_id)
+        busy.append(time.perf_counter() - t0)
+        assert active and "Running" in text, f"the run should still be training: {text}"
+        rows.append(int(loss["value"].notna().sum()))
+        time.sleep(0.5)
+    assert rows[-1] > rows[0], "the live curve did not grow while the run trained"
+
+    assert client.predict(run_id, "u1", api_name="/stop")
+    text, loss, _ = poll_until_done(client, run_id)
+    assert "Stopped" in text, text
+    assert loss.dropna(subset=["value"])["step"].max() < 5000
+
+    idle = []
+    for _ in range(10):
+        t0 = time.perf_counter()
+        poll(client, run_id)
+        idle.append(time.perf_counter() - t0)
+        time.sleep(0.2)
+
+    figures = {
+        "poll_busy_p50_s": statistics.median(busy), "poll_busy_max_s": max(busy),
+        "poll_idle_p50_s": statistics.median(idle), "poll_idle_max_s": max(idle),
+    }
+    for key, value in figures.items():
+        record_property(key, round(value, 4))
+    print("\npoll latency while training (20 polls): p50 {poll_busy_p50_s:.3f} s, max {poll_busy_max_s:.3f} s; "
+          "idle (10 polls): p50 {poll_idle_p50_s:.3f} s, max {poll_idle_max_s:.3f} s".format(**figures))
+    assert max(busy) < 5.0, f"a poll took {max(busy):.2f} s while a run trained"  # lenient: a noisy host
+
+
+def test_two_runs_back_to_back_both_finish_and_overlay_in_compare(client):
+    run_a = start(client, pos="learned")
+    run_b = start(client, pos="rope")
+    done = {r: poll_until_done(client, r)[0] for r in (run_a, run_b)}
+    assert all("Completed" in text for text in done.values()), done
+
+    table, pick = client.predict([], [], [], [], api_name="/list_runs")
+    listed = [run_id for _, run_id in pick["choices"]]
+    assert run_a in listed and run_b in listed
+
+    curves, finals, configs, _ = compare(client, [run_a, run_b])
+    assert curves["run"].nunique() == 2
+    assert all(len(group) > 10 for _, group in curves.groupby("run"))
+    assert list(finals["state"]) == ["completed", "completed"]
+    assert set(configs["model.pos"]) == {"learned", "rope"}  # "differences only" keeps the differing column
+    assert "model.d_model" not in configs.columns
+
+
+@pytest.mark.parametrize(("case", "fields"), INVALID, ids=INVALID_IDS)
+def test_invalid_knobs_answer_one_line_naming_the_field(client, app_server, case, fields):
+    before, log_start = app_server.run_folders(), app_server.log_size()
+
+    text = client.predict(**case, api_name="/validate")
+    assert text.startswith("⚠️") and "\n" not in text, text
+    assert any(f in text for f in fields), text
+
+    with pytest.raises(AppError) as err:
+        client.predict(**case, my_runs=[], owner="u1", api_name="/start")
+    message = str(err.value)
+    assert "\n" not in message and len(message) < 300, message
+    assert any(message.startswith(f) for f in fields), message
+
+    assert app_server.run_folders() == before, "an invalid config created a run folder"
+    shown = text + message + app_server.log_text(log_start)
+    assert "Traceback" not in shown, shown
