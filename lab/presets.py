@@ -1,0 +1,290 @@
+"""Presets: known results from SCIENCE.md, one click each (no gradio; plain data and text).
+
+A preset is a set of named runs, a "predict before you click" question, the Compare curve to open on,
+and `explain(results)`, which reads the runs' measured summaries (`lab.jobs.summary_of`) and says in
+1-3 sentences what happened and why, including when the expected result did not appear.
+`wall_s` is the measured wall time of the whole preset on the 2-core CPU dev machine (one intra-op
+thread per run, runs one after another, with other jobs on the machine): a guide, not a promise.
+Each claim is checked by a slow test in tests/test_presets.py at exactly these settings.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Optional
+
+from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+
+Results = dict[str, dict[str, Any]]  # run name -> summary dict (lab.jobs.summary_of)
+PES = ("alibi", "rope", "learned", "sinusoidal", "none")
+SEEDS = (1, 2)  # "Positions beyond training"
+METRICS = ("train loss", "eval loss", "exact-match (training lengths)", "exact-match (longer lengths)",
+           "token accuracy (training lengths)", "loss (longer lengths)")  # the Compare view's curves
+
+
+@dataclass(frozen=True)
+class Preset:
+    key: str  # "hello_sort"
+    title: str  # "Hello, sort"
+    question: str  # the predict-before-you-click question
+    reference: str  # paper / source, and what differs from it
+    runs: tuple[RunConfig, ...]  # each with a short, unique `name`
+    metric: str  # the Compare curve to open on: one of METRICS
+    wall_s: float  # measured wall time of all runs, one after another, 1 thread each, on the dev CPU
+    _explain: Callable[[Results], str] = field(repr=False, compare=False, default=lambda r: "")
+
+    def explain(self, results: Results) -> str:
+        """1-3 sentences built from the measured summaries; says which runs are missing, if any."""
+        missing = [c.name for c in self.runs if not (results.get(c.name) or {}).get("eval")]
+        if missing:
+            return f"No final results yet for: {', '.join(missing)}. Run the whole preset to see what happened."
+        text = self._explain(results)
+        stopped = [c.name for c in self.runs if results[c.name].get("stopped")]
+        return text + (f" (Stopped early: {', '.join(stopped)}.)" if stopped else "")
+
+
+# ---- reading summaries ------------------------------------------------------------------------------
+def _ev(r: Results, name: str, key: str = "loss") -> float:
+    return float(r[name]["eval"][key])
+
+
+def _ood(r: Results, name: str, key: str = "loss") -> float:
+    return float((r[name].get("ood") or {}).get(key, math.nan))
+
+
+def _n(x: float) -> str:
+    """A number for a sentence: 0.41, 2.2, 0.0003."""
+    return f"{x:.2g}" if abs(x) < 0.01 else f"{x:.2f}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _variant(base: RunConfig, name: str, model: Optional[dict] = None, task: Optional[dict] = None,
+             train: Optional[dict] = None) -> RunConfig:
+    return replace(base, name=name, model=replace(base.model, **(model or {})),
+                   task=replace(base.task, **(task or {})), train=replace(base.train, **(train or {})))
+
+
+# ---- Hello, sort (minGPT's demo) --------------------------------------------------------------------
+SORT = RunConfig(
+    model=ModelConfig(n_layers=3, n_heads=3, d_model=48, d_ff=192, norm="pre", pos="learned", n_ctx=24),
+    task=TaskConfig(name="sort", min_len=6, max_len=6, n_symbols=3),
+    train=TrainConfig(steps=500, batch_size=64, lr=5e-4, warmup=0, schedule="constant", weight_decay=0.1,
+                      beta1=0.9, beta2=0.95, grad_clip=1.0, eval_every=25),
+    name="sort",
+)
+
+
+def _explain_sort(r: Results) -> str:
+    em, loss = _ev(r, "sort", "exact_match"), _ev(r, "sort")
+    if em >= 0.999:
+        return (f"Solved: every held-out sequence came back sorted (exact-match {_pct(em)}, loss {_n(loss)}). "
+                "Each output position only has to count how many input symbols are smaller, and attention "
+                "reads the whole input at once, so three small layers are plenty.")
+    return (f"Not solved this time: exact-match {_pct(em)} (loss {_n(loss)}). One wrong symbol spoils a whole "
+            "sequence; try more steps.")
+
+
+# ---- Induction heads -----------------------------------------------------------------------------
+INDUCTION = RunConfig(
+    model=ModelConfig(n_layers=2, n_heads=2, d_model=64, d_ff=0, norm="pre", pos="learned", n_ctx=63),
+    task=TaskConfig(name="induction", min_len=32, max_len=32, n_symbols=64),
+    train=TrainConfig(steps=1000, batch_size=64, lr=1e-3, warmup=100, schedule="constant", eval_every=50),
+)
+
+
+def _explain_induction(r: Results) -> str:
+    one, two = _ev(r, "1 layer"), _ev(r, "2 layers")
+    chance = f"guessing costs ln 64 = {math.log(64):.2f}"
+    if two < 0.5 * one:
+        return (f"The 2-layer model's loss on the repeated part fell to {_n(two)}; the 1-layer model's stayed at "
+                f"{_n(one)} ({chance}). Copying a repeat at a random offset needs an induction head: one layer "
+                "writes each token's predecessor into it, a second finds the earlier occurrence of the current "
+                "token and copies what followed, so one layer cannot do it.")
+    if two < one:
+        return (f"The 2-layer model ended lower ({_n(two)} against {_n(one)}; {chance}), but not by the usual "
+                "margin: its induction head may not have formed yet. Look for a sudden drop in its curve.")
+    return (f"No separation this time: 2 layers {_n(two)}, 1 layer {_n(one)} ({chance}). The induction head "
+            "forms abruptly, and this run stopped before it did.")
+
+
+# ---- Pre-LN vs post-LN ---------------------------------------------------------------------------
+LN = RunConfig(
+    model=ModelConfig(n_layers=4, n_heads=4, d_model=128, d_ff=512, norm="pre", pos="learned", n_ctx=26),
+    task=TaskConfig(name="sort", min_len=12, max_len=12, n_symbols=10, ood_len=13),
+    train=TrainConfig(steps=300, batch_size=64, lr=1e-2, warmup=0, schedule="cosine", eval_every=15,
+                      eval_samples=256),
+)
+LN_RUNS = ("pre-LN, no warmup", "post-LN, no warmup", "post-LN, 100 warmup steps")
+
+
+def _explain_ln(r: Results) -> str:
+    pre, post, warm = (_ev(r, n) for n in LN_RUNS)
+    head = (f"Held-out loss after 300 steps: pre-LN {_n(pre)}, post-LN without warmup {_n(post)}, "
+            f"post-LN with warmup {_n(warm)} (guessing: ln 10 = 2.30). ")
+    if post > pre and warm < post:
+        return head + ("In post-LN every residual sum passes through a LayerNorm, so at initialisation the "
+                       "gradients near the output are large and a full 1e-2 step from step 0 derails training; "
+                       "warmup keeps the first steps small, and pre-LN's untouched residual path needs none.")
+    if post <= pre:
+        return head + ("This time post-LN without warmup did not end worse than pre-LN: the failure is a "
+                       "matter of luck in the first steps; try another seed.")
+    return head + ("Post-LN without warmup ended worse than pre-LN, but warmup did not rescue it this time: "
+                   "the learning rate is still too high for post-LN after warmup.")
+
+
+# ---- Train short, test long ----------------------------------------------------------------------
+SHORT_LONG = RunConfig(
+    model=ModelConfig(n_layers=2, n_heads=4, d_model=64, d_ff=0, norm="pre", pos="alibi", n_ctx=127),
+    task=TaskConfig(name="induction", min_len=32, max_len=32, n_symbols=64, ood_len=128),
+    train=TrainConfig(steps=1000, batch_size=64, lr=1e-3, warmup=50, schedule="constant", eval_every=50),
+)
+
+
+def _explain_short_long(r: Results) -> str:
+    ood = {pe: _ood(r, pe) for pe in PES}
+    order = sorted(PES, key=lambda pe: ood[pe])
+    listing = ", ".join(f"{pe} {_n(ood[pe])}" for pe in order)
+    text = f"Loss past the training length (33 to 128 tokens): {listing}. "
+    if order[0] == "alibi":
+        text += (f"ALiBi's stayed close to its loss within the training length ({_n(_ev(r, 'alibi'))}): its "
+                 "bias depends only on the distance between tokens, so longer inputs look like the short ones "
+                 "it trained on; the others meet positions or distances past 32 that training never showed them.")
+    else:
+        text += (f"ALiBi did not extrapolate best this time ({order[0]} did): at this size the ranking can "
+                 "change with the seed or the number of steps.")
+    best_in = min(PES, key=lambda pe: _ev(r, pe))
+    if best_in != order[0]:
+        text += (f" Within the training length {best_in} was best ({_n(_ev(r, best_in))}): fitting and "
+                 "extrapolating are different skills.")
+    return text
+
+
+# ---- Positions beyond training (an exploration) --------------------------------------------------
+BEYOND = RunConfig(
+    model=ModelConfig(n_layers=2, n_heads=4, d_model=64, d_ff=256, norm="pre", pos="rope", n_ctx=48),
+    task=TaskConfig(name="reverse", min_len=1, max_len=16, ood_len=24),
+    train=TrainConfig(steps=800, batch_size=64, lr=3e-3, eval_every=40, eval_samples=256),
+)
+
+
+def _explain_beyond(r: Results) -> str:
+    def mean(pe: str, f: Callable[[str], float]) -> float:
+        return sum(f(f"{pe} seed {s}") for s in SEEDS) / len(SEEDS)
+
+    in_em = {pe: mean(pe, lambda n: _ev(r, n, "exact_match")) for pe in PES}
+    out_em = max(_ood(r, f"{pe} seed {s}", "exact_match") for pe in PES for s in SEEDS)
+    spread = max(abs(_ev(r, f"{pe} seed {SEEDS[0]}", "exact_match") - _ev(r, f"{pe} seed {SEEDS[1]}", "exact_match"))
+                 for pe in PES)
+    best = max(PES, key=lambda pe: in_em[pe])
+    ood_loss = {pe: mean(pe, lambda n: _ood(r, n)) for pe in PES}
+    lo, hi = min(PES, key=ood_loss.get), max(PES, key=ood_loss.get)
+    if out_em < 0.05:
+        first = f"Past length 16 no run reversed whole sequences (best exact-match {_pct(out_em)}), "
+    else:
+        first = f"One run reached {_pct(out_em)} exact-match past length 16 (check its other seed), "
+    return (first + f"while within the training lengths they reached {_pct(min(in_em.values()))} to "
+            f"{_pct(max(in_em.values()))} (mean over seeds; best {best}, but two seeds of one PE differ by up to "
+            f"{_pct(spread)}). Loss past training grew least for {lo} ({_n(ood_loss[lo])}) and most for {hi} "
+            f"({_n(ood_loss[hi])}); at this size no encoding wins reliably, so treat any ranking as a hypothesis.")
+
+
+# ---- Original encoder-decoder --------------------------------------------------------------------
+ENCDEC = RunConfig(
+    model=ModelConfig(arch="encoder-decoder", n_layers=2, n_heads=4, d_model=64, d_ff=256, norm="pre",
+                      pos="sinusoidal", n_ctx=16),
+    task=TaskConfig(name="reverse", min_len=1, max_len=8),
+    train=TrainConfig(steps=1000, batch_size=64, lr=3e-3, eval_every=50),
+    name="encoder-decoder",
+)
+
+
+def _explain_encdec(r: Results) -> str:
+    em, ood = _ev(r, "encoder-decoder", "exact_match"), _ood(r, "encoder-decoder", "exact_match")
+    if em >= 0.99:
+        beyond = (f"Past length 8 it manages only {_pct(ood)}: positions it never trained on do not line up."
+                  if ood < 0.5 else f"Past length 8 it still gets {_pct(ood)} right.")
+        return (f"Reversal solved: exact-match {_pct(em)} at lengths 1-8. In Inspect, the cross-attention map "
+                "shows how: output position t reads input position L-1-t, an anti-diagonal. " + beyond)
+    return (f"Not solved yet: exact-match {_pct(em)}. The cross-attention map will be only partly "
+            "anti-diagonal; train longer.")
+
+
+# ---- Grokking ------------------------------------------------------------------------------------
+GROK = RunConfig(
+    model=ModelConfig(n_layers=1, n_heads=4, d_model=128, d_ff=512, norm="none", pos="none",
+                      activation="relu", n_ctx=3),
+    task=TaskConfig(name="modular_addition", modulus=97, train_fraction=0.4),
+    train=TrainConfig(steps=2200, batch_size=512, lr=3e-3, warmup=10, schedule="constant", weight_decay=1.0,
+                      beta1=0.9, beta2=0.98, eval_every=110),
+)
+
+
+def _explain_grok(r: Results) -> str:
+    wd, no = _ev(r, "weight decay 1.0", "exact_match"), _ev(r, "weight decay 0", "exact_match")
+    tl_wd, tl_no = r["weight decay 1.0"]["train_loss"], r["weight decay 0"]["train_loss"]
+    fitted = "Both fitted their training pairs" if max(tl_wd, tl_no) < 0.3 else "Training loss ended"
+    fit = (f"{fitted} (final training loss {_n(tl_wd)} with weight decay, {_n(tl_no)} without); on the unseen "
+           f"pairs, test accuracy ended at {_pct(wd)} with weight decay and {_pct(no)} without. ")
+    if wd > 0.9 and no < 0.6:
+        return fit + ("Memorising comes first; weight decay keeps shrinking the weights until the compact, "
+                      "general algorithm wins, so test accuracy jumps long after training loss fell (see the "
+                      "curves). Without it nothing pushes the model off its memorised table.")
+    if wd > 0.9:
+        return fit + "This time the run without weight decay generalised too: the ablation did not separate."
+    return fit + "The jump did not happen within these steps this time; grokking can take much longer."
+
+
+PRESETS: dict[str, Preset] = {p.key: p for p in (
+    Preset(
+        "hello_sort", "Hello, sort",
+        "A 3-layer Transformer sees 6 symbols from {0, 1, 2} and must write them sorted. How many of 500 "
+        "steps does it need before it sorts every new sequence right?",
+        "minGPT's demo notebook (Karpathy): gpt-nano, sort of length 6 over 3 symbols",
+        (SORT,), "exact-match (training lengths)", 10.0, _explain_sort),
+    Preset(
+        "induction", "Induction heads",
+        "Random tokens, then a stretch repeats from a random offset. Can an attention-only model with 1 layer "
+        "predict the repeat, or does it need 2?",
+        "Olsson et al. 2022, In-context learning and induction heads (attention-only models)",
+        (_variant(INDUCTION, "1 layer", model=dict(n_layers=1)), _variant(INDUCTION, "2 layers")),
+        "eval loss", 27.0, _explain_induction),
+    Preset(
+        "pre_post_ln", "Pre-LN vs post-LN",
+        "At a high learning rate (1e-2) with no warmup, which trains: LayerNorm before each sublayer (pre-LN) "
+        "or after the residual sum (post-LN, the original)? And does warmup save post-LN?",
+        "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture (cosine decay in all three runs)",
+        (_variant(LN, LN_RUNS[0]), _variant(LN, LN_RUNS[1], model=dict(norm="post")),
+         _variant(LN, LN_RUNS[2], model=dict(norm="post"), train=dict(warmup=100))),
+        "eval loss", 125.0, _explain_ln),
+    Preset(
+        "short_long", "Train short, test long",
+        "Each model trains on 32-token sequences and is tested on up to 128. Which positional encoding keeps "
+        "its loss low past the training length?",
+        "Press et al. 2021, Train Short, Test Long (ALiBi); here on the induction task's language-model loss",
+        tuple(_variant(SHORT_LONG, pe, model=dict(pos=pe)) for pe in PES),
+        "loss (longer lengths)", 111.0, _explain_short_long),
+    Preset(
+        "beyond", "Positions beyond training",
+        "Reverse sequences of length 1-16, then 17-24. Which positional encoding, if any, still works past the "
+        "training lengths? Do two seeds agree?",
+        "Kazemnejad et al. 2023 (NoPE); Delétang et al. 2022. An exploration: at this size no PE wins reliably",
+        tuple(_variant(BEYOND, f"{pe} seed {s}", model=dict(pos=pe), train=dict(seed=s)) for pe in PES for s in SEEDS),
+        "loss (longer lengths)", 161.0, _explain_beyond),
+    Preset(
+        "encoder_decoder", "Original encoder-decoder",
+        "The encoder reads a sequence, the decoder writes it backwards. Where will output position t look in "
+        "the input through cross-attention?",
+        "Vaswani et al. 2017, Attention Is All You Need (pre-LN here; sinusoidal positions)",
+        (ENCDEC,), "exact-match (training lengths)", 18.0, _explain_encdec),
+    Preset(
+        "grokking", "Grokking",
+        "(a + b) mod 97 with 40% of the pairs for training. Training accuracy reaches ~100% early. Will accuracy "
+        "on the unseen pairs ever follow, and what does weight decay have to do with it?",
+        "Power et al. 2022; Nanda et al. 2023. Here 40% of pairs (not 30%) and no positional encoding "
+        "(a + b is symmetric), so it groks within 2200 steps on a CPU; the ablation uses the same 40%",
+        (_variant(GROK, "weight decay 1.0"), _variant(GROK, "weight decay 0", train=dict(weight_decay=0.0))),
+        "exact-match (training lengths)", 134.0, _explain_grok),
+)}

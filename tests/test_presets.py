@@ -1,0 +1,250 @@
+"""Presets: well-formed configs, explanations that follow the numbers, and (slow) every preset run at
+full size on the CPU with its fixed seeds, asserting the result the preset promises."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from lab.config import RunConfig
+from lab.jobs import summary_of
+from lab.presets import LN_RUNS, METRICS, PES, PRESETS, SEEDS, Preset
+from lab.records import EvalRecord, StepRecord
+from lab.tasks import get_task
+
+EXPECTED = {"hello_sort", "induction", "pre_post_ln", "short_long", "beyond", "encoder_decoder", "grokking"}
+
+
+# ---- fast: well-formed -----------------------------------------------------------------------------
+def test_every_preset_of_the_issue_is_there():
+    assert set(PRESETS) == EXPECTED
+    titles = {p.title for p in PRESETS.values()}
+    assert {"Hello, sort", "Induction heads", "Pre-LN vs post-LN", "Train short, test long",
+            "Positions beyond training", "Original encoder-decoder", "Grokking"} == titles
+
+
+@pytest.mark.parametrize("key", sorted(EXPECTED))
+def test_preset_is_well_formed(key):
+    p = PRESETS[key]
+    assert p.key == key and p.question.strip().endswith("?") and p.reference and p.wall_s > 0
+    assert p.metric in METRICS
+    names = [c.name for c in p.runs]
+    assert all(names) and len(set(names)) == len(names), names
+    for cfg in p.runs:
+        assert isinstance(cfg, RunConfig)
+        assert RunConfig.from_json(cfg.to_json()) == cfg  # valid, shareable as JSON
+        needed = get_task(cfg.task.name).max_seq_len(cfg.task, cfg.model.arch)
+        assert cfg.model.n_ctx == needed  # fits the longest evaluated sequence, no wasted PE rows
+        assert 15 <= cfg.train.steps / cfg.train.eval_every <= 25  # about 20 points per curve
+    if len(p.runs) > 1:  # a comparison varies something other than the label
+        assert len({replace(c, name="").to_json() for c in p.runs}) == len(p.runs)
+
+
+def test_metrics_are_the_compare_views_curves():
+    common = pytest.importorskip("ui.common")
+    assert set(METRICS) == set(common.CURVES)
+
+
+# ---- fast: explanations follow the numbers ----------------------------------------------------------
+def summ(loss=1.0, em=0.0, ood_loss=None, ood_em=0.0, train_loss=None) -> dict:
+    ood = None if ood_loss is None else {"loss": ood_loss, "token_acc": 0.5, "exact_match": ood_em}
+    return {"train_loss": loss if train_loss is None else train_loss, "steps": 100, "wall_s": 1.0,
+            "eval": {"loss": loss, "token_acc": 0.5, "exact_match": em}, "ood": ood, "stopped": False}
+
+
+def say(key: str, results: dict) -> str:
+    text = PRESETS[key].explain(results)
+    assert 20 < len(text) < 700 and "nan" not in text, text
+    assert text.count(". ") + text.count("; ") <= 6, text  # short: a few sentences
+    return text
+
+
+def test_explain_sort():
+    good, bad = say("hello_sort", {"sort": summ(0.0002, 1.0)}), say("hello_sort", {"sort": summ(0.4, 0.62)})
+    assert "Solved" in good and "100%" in good and "0.0002" in good
+    assert "Not solved" in bad and "62%" in bad
+
+
+def test_explain_induction():
+    good = say("induction", {"1 layer": summ(2.94), "2 layers": summ(0.6)})
+    assert "fell to 0.60" in good and "2.94" in good and "induction head" in good
+    weak = say("induction", {"1 layer": summ(2.9), "2 layers": summ(2.0)})
+    none = say("induction", {"1 layer": summ(2.9), "2 layers": summ(3.1)})
+    assert len({good, weak, none}) == 3 and "not by the usual margin" in weak and "No separation" in none
+
+
+def test_explain_ln():
+    def res(pre, post, warm):
+        return dict(zip(LN_RUNS, (summ(pre), summ(post), summ(warm))))
+
+    expected = say("pre_post_ln", res(0.12, 1.67, 0.46))
+    assert "pre-LN 0.12" in expected and "1.67" in expected and "warmup keeps" in expected
+    lucky = say("pre_post_ln", res(0.5, 0.3, 0.4))
+    assert "did not end worse" in lucky
+    no_rescue = say("pre_post_ln", res(0.1, 1.5, 1.9))
+    assert "did not rescue" in no_rescue
+
+
+def test_explain_short_long():
+    base = {pe: summ(0.5, ood_loss=l) for pe, l in zip(PES, (1.2, 2.2, 3.7, 3.6, 3.8))}
+    base["alibi"] = summ(1.18, ood_loss=1.21)
+    text = say("short_long", base)
+    assert text.index("alibi 1.21") < text.index("rope 2.20") < text.index("learned 3.70")
+    assert "distance" in text and "Within the training length rope was best" in text
+    base["rope"] = summ(0.5, ood_loss=0.9)
+    assert "ALiBi did not extrapolate best this time (rope did)" in say("short_long", base)
+
+
+def test_explain_beyond():
+    res = {f"{pe} seed {s}": summ(1.0, 0.3 + 0.1 * i + 0.2 * (s == 2), ood_loss=2.0 + i, ood_em=0.0)
+           for i, pe in enumerate(PES) for s in SEEDS}
+    text = say("beyond", res)
+    assert "no run reversed" in text and "no encoding wins reliably" in text and "best none" in text
+    assert "least for alibi" in text and "most for none" in text and "20%" in text
+    res["rope seed 1"] = summ(1.0, 0.9, ood_loss=1.0, ood_em=0.4)
+    assert "One run reached 40%" in say("beyond", res)
+
+
+def test_explain_encdec():
+    good = say("encoder_decoder", {"encoder-decoder": summ(0.0003, 1.0, ood_loss=5.0, ood_em=0.08)})
+    bad = say("encoder_decoder", {"encoder-decoder": summ(0.8, 0.5, ood_loss=5.0)})
+    assert "anti-diagonal" in good and "100%" in good and "only 8%" in good and "Not solved" in bad
+    far = say("encoder_decoder", {"encoder-decoder": summ(0.0003, 1.0, ood_loss=0.5, ood_em=0.7)})
+    assert "still gets 70%" in far
+
+
+def test_explain_grokking():
+    def res(wd, no):
+        return {"weight decay 1.0": summ(0.01, wd, train_loss=0.001), "weight decay 0": summ(30, no, train_loss=0.1)}
+
+    grok = say("grokking", res(1.0, 0.41))
+    assert "100% with weight decay and 41% without" in grok and "jumps" in grok and "Both fitted" in grok
+    assert "generalised too" in say("grokking", res(1.0, 0.95))
+    assert "did not happen" in say("grokking", res(0.4, 0.4))
+
+
+def test_explain_names_missing_runs():
+    text = PRESETS["induction"].explain({"1 layer": summ(2.9)})
+    assert "No final results yet" in text and "2 layers" in text
+    assert "No final results yet" in PRESETS["hello_sort"].explain({"sort": {"eval": None}})
+    stopped = PRESETS["hello_sort"].explain({"sort": {**summ(0.4, 0.5), "stopped": True}})
+    assert stopped.endswith("(Stopped early: sort.)") and "Not solved" in stopped
+
+
+# ---- slow: each preset at full size on the CPU ------------------------------------------------------
+class Ran:
+    """All runs of a preset: summaries by name, plus each run's records and weights."""
+
+    def __init__(self, preset: Preset) -> None:
+        self.summaries: dict[str, dict] = {}
+        self.records: dict[str, list] = {}
+        self.weights: dict[str, dict] = {}
+        from lab.trainer import train
+
+        for cfg in preset.runs:
+            cfg = replace(cfg, train=replace(cfg.train, device="cpu"))
+            recs: list = []
+            result = train(cfg, on_record=recs.append, threads=1)
+            assert result.steps_done == cfg.train.steps
+            self.summaries[cfg.name] = summary_of(result)
+            self.records[cfg.name] = recs
+            self.weights[cfg.name] = result.state_dict
+        self.text = preset.explain(self.summaries)
+        walls = {n: round(s["wall_s"], 1) for n, s in self.summaries.items()}
+        print(f"\n[{preset.key}] wall {sum(walls.values()):.0f} s {walls}\n{self.text}")  # shown with -s
+
+    def ev(self, name: str, key: str = "loss") -> float:
+        return self.summaries[name]["eval"][key]
+
+    def ood(self, name: str, key: str = "loss") -> float:
+        return self.summaries[name]["ood"][key]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.slow
+def test_hello_sort_solves_sort():
+    r = Ran(PRESETS["hello_sort"])
+    assert r.ev("sort", "exact_match") == 1.0, r.summaries
+    assert "Solved" in r.text
+
+
+@pytest.mark.slow
+def test_induction_needs_two_layers():
+    r = Ran(PRESETS["induction"])
+    assert r.ev("2 layers") < 0.5 * r.ev("1 layer"), r.summaries
+    assert "fell to" in r.text
+
+
+@pytest.mark.slow
+def test_post_ln_needs_warmup_at_a_high_learning_rate():
+    r = Ran(PRESETS["pre_post_ln"])
+    pre, post, warm = (r.ev(n) for n in LN_RUNS)
+    assert post > pre and warm < post, r.summaries
+    assert "warmup keeps" in r.text
+
+
+@pytest.mark.slow
+def test_alibi_extrapolates_best():
+    r = Ran(PRESETS["short_long"])
+    ood = {pe: r.ood(pe) for pe in PES}
+    assert min(ood, key=ood.get) == "alibi", ood
+    assert r.ood("alibi") < 1.2 * r.ev("alibi")  # flat past the training length
+    assert "ALiBi's stayed close" in r.text
+
+
+@pytest.mark.slow
+def test_no_position_encoding_reverses_beyond_training():
+    """An exploration: only the robust part is claimed (every run learns something in range, none
+    carries whole sequences past the training length)."""
+    r = Ran(PRESETS["beyond"])
+    for name in r.summaries:
+        assert r.ev(name, "exact_match") >= 0.15, (name, r.summaries[name])
+        assert r.ood(name, "exact_match") < 0.05, (name, r.summaries[name])
+    assert "no run reversed" in r.text and "no encoding wins reliably" in r.text
+
+
+@pytest.mark.slow
+def test_encoder_decoder_reverses_with_anti_diagonal_cross_attention():
+    from lab.analysis import attention, load_model, sampled_probe
+
+    preset = PRESETS["encoder_decoder"]
+    r = Ran(preset)
+    cfg = preset.runs[0]
+    assert r.ev(cfg.name, "exact_match") >= 0.99, r.summaries
+    probe = sampled_probe(cfg)
+    cross = attention(load_model(cfg, r.weights[cfg.name]), probe.batch)["cross"]  # (layers, heads, T, S)
+    n = cross.shape[-1]
+    assert cross.shape[-2] == n == cfg.task.max_len
+    # decoder position t predicts answer[t] = prompt[n-1-t]: it should read encoder position n-1-t
+    hits = [(cross[layer].mean(0).argmax(-1) == n - 1 - np.arange(n)).mean() for layer in range(len(cross))]
+    assert max(hits) >= 0.75, hits
+    assert "anti-diagonal" in r.text
+
+
+@pytest.mark.slow
+def test_grokking_needs_weight_decay():
+    r = Ran(PRESETS["grokking"])
+    wd, no = "weight decay 1.0", "weight decay 0"
+    train_loss = {s.step: s.loss for s in r.records[wd] if isinstance(s, StepRecord)}
+
+    def recent(step: int) -> float:  # mean training loss over the 100 steps before `step`
+        vals = [v for k, v in train_loss.items() if step - 100 < k <= step]
+        return sum(vals) / len(vals)
+
+    evals = [e for e in r.records[wd] if isinstance(e, EvalRecord)]
+    memorised = [e.step for e in evals if recent(e.step) < 0.1 and e.exact_match < 0.6]
+    assert memorised, [(e.step, round(recent(e.step), 3), e.exact_match) for e in evals]  # fits before it generalises
+    assert r.ev(wd, "exact_match") > 0.9, r.summaries
+    no_train = [s.loss for s in r.records[no] if isinstance(s, StepRecord)][-25:]
+    assert sum(no_train) / len(no_train) < 0.3 and r.ev(no, "exact_match") < 0.6, r.summaries
+    assert not math.isnan(r.ev(no)) and "jumps" in r.text
