@@ -79,8 +79,10 @@ class Attention(nn.Module):
             pattern = scores.softmax(dim=-1)  # (B, H, T, S); rows sum to 1
             y = F.dropout(pattern, p_drop, self.training) @ v  # (B, H, T, dh)
         else:
+            # a 3-D (H, T, S) mask sends CPU SDPA to the slow math kernel; (1, H, T, S) keeps the fused one
+            mask = None if bias is None else bias.unsqueeze(0)
             y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=bias, dropout_p=p_drop, is_causal=causal and bias is None
+                q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=causal and bias is None
             )  # (B, H, T, dh)
         y = y.transpose(1, 2).reshape(B, T, d)  # (B, T, d)
         return self.out_proj(y), pattern

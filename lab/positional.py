@@ -144,6 +144,7 @@ class Rotary(PositionalEncoding):
         cos, sin = self._tables(cfg.n_ctx)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
+        self.register_buffer("sin_signed", _signed(sin), persistent=False)
 
     def _tables(self, n: int) -> tuple[Tensor, Tensor]:
         dh = self.cfg.d_head
@@ -154,7 +155,11 @@ class Rotary(PositionalEncoding):
 
     def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         n = max(q.shape[-2], k.shape[-2])
-        cos, sin = (self.cos, self.sin) if n <= self.cos.shape[0] else (t.to(q.device) for t in self._tables(n))
+        if n <= self.cos.shape[0]:
+            cos, sin = self.cos, self.sin_signed
+        else:
+            cos, sin = (t.to(q.device) for t in self._tables(n))
+            sin = _signed(sin)
         return _apply_rotary(q, cos, sin), _apply_rotary(k, cos, sin)
 
     def relative_pattern(self, n: int) -> Tensor:
@@ -166,11 +171,18 @@ class Rotary(PositionalEncoding):
         return pat.expand(self.cfg.n_heads, n, n).clone()
 
 
-def _apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+def _signed(sin: Tensor) -> Tensor:
+    """sin with its first half negated, so that rotate_half(x) * sin == roll(x, dh/2) * _signed(sin)."""
+    half = sin.shape[-1] // 2
+    return torch.cat([-sin[..., :half], sin[..., half:]], dim=-1)
+
+
+def _apply_rotary(x: Tensor, cos: Tensor, sin_signed: Tensor) -> Tensor:
+    """x * cos + rotate_half(x) * sin, with rotate_half(x) = [-x2, x1] written as a roll (one op
+    forward and backward instead of two slices, a negation and a cat)."""
     t = x.shape[-2]
     half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)  # (B, H, T, dh)
-    return x * cos[:t].to(x.dtype) + rotated * sin[:t].to(x.dtype)
+    return x * cos[:t].to(x.dtype) + x.roll(half, dims=-1) * sin_signed[:t].to(x.dtype)
 
 
 class ALiBi(PositionalEncoding):

@@ -79,7 +79,8 @@ def make_optimizer(model: torch.nn.Module, tc: TrainConfig) -> torch.optim.Optim
         embedding = name.startswith(("tok_emb", "pos."))
         (decay if p.dim() >= 2 and not embedding else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2), foreach=True)
+    fused = all(p.device.type in ("cpu", "cuda") for p in decay + no_decay)  # one kernel, no per-tensor ops
+    return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2), foreach=not fused, fused=fused)
 
 
 def lr_at(step: int, tc: TrainConfig) -> float:
