@@ -80,14 +80,17 @@ def progress_text(ctx: AppContext, run_id: str) -> tuple[str, str]:
 
 def live_frames(ctx: AppContext, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     m = ctx.store.metrics(run_id)
-    loss = pd.concat([curve(m, "train loss").assign(series="train"),
+    has_ood = get_task(ctx.store.config(run_id).task.name).has_ood
+    acc_series = ("training lengths", "longer lengths") if has_ood else ("training lengths",)
+    # per-step train loss is noisy at batch 32-64: light smoothing, as Compare's default
+    loss = pd.concat([curve(m, "train loss", smoothing=0.6).assign(series="train"),
                       curve(m, "eval loss").assign(series="held-out")])
     acc = pd.concat([curve(m, "exact-match (training lengths)").assign(series="training lengths"),
                      curve(m, "exact-match (longer lengths)").assign(series="longer lengths")])
     loss, acc = loss.rename(columns={"x": "step"}), acc.rename(columns={"x": "step"})
     # every series from the first poll on: a plot never draws a series that was absent when it first drew
     return (with_series(loss, "series", ("train", "held-out"), "step"),
-            with_series(acc, "series", ("training lengths", "longer lengths"), "step"))
+            with_series(acc[acc["series"].isin(acc_series)], "series", acc_series, "step"))
 
 
 def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.BrowserState) -> TrainTab:
@@ -108,7 +111,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                 loss_plot = gr.LinePlot(x="step", y="value", color="series", title="Loss", y_title="cross-entropy",
                                         elem_id="live-loss", height=260)
                 acc_plot = gr.LinePlot(x="step", y="value", color="series", title="Exact-match (held-out)",
-                                       y_lim=[0, 1], elem_id="live-acc", height=260)
+                                       y_title="exact-match", y_lim=[0, 1], elem_id="live-acc", height=260)
                 build_share_panel(widgets)
         timer = gr.Timer(POLL_S, active=False)
     inputs = [widgets[k] for k in KNOB_KEYS]
