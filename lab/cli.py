@@ -32,6 +32,8 @@ FLAGS: dict[str, tuple[str, str, type]] = {
 }
 CHOICES = {"--task": TASK_NAMES, "--arch": ARCHS, "--pos": POS_ENCODINGS, "--norm": NORMS, "--device": DEVICES}
 FIELD_TO_FLAG = {f"{sec}.{name}": flag for flag, (sec, name, _) in FLAGS.items()}
+MAX_CONFIG_BYTES = 1024 * 1024
+_CONFIG_FILE = "a run config JSON file"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -77,10 +79,19 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     base = RunConfig()
     if args.config:
         try:
-            with open(args.config, encoding="utf-8") as fh:
-                base = RunConfig.from_json(fh.read(4_000_000))
+            with open(args.config, "rb") as fh:
+                raw = fh.read(MAX_CONFIG_BYTES + 1)
         except OSError as exc:
             raise ConfigError("--config", f"cannot read {args.config!r} ({exc.strerror})") from None
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError("--config", f"{args.config!r} is larger than {MAX_CONFIG_BYTES:,} bytes "
+                              "(allowed: a run config JSON file)")
+        try:
+            base = RunConfig.from_json(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise ConfigError("--config", f"{args.config!r} is not UTF-8 text (allowed: {_CONFIG_FILE})") from None
+        except RecursionError:
+            raise ConfigError("--config", f"{args.config!r} is nested too deeply (allowed: {_CONFIG_FILE})") from None
     sections: dict[str, dict[str, Any]] = {"model": {}, "task": {}, "train": {}}
     for sec, name, _ in FLAGS.values():
         value = getattr(args, f"{sec}.{name}")
@@ -130,13 +141,28 @@ def check_device(name: str) -> None:
         raise ConfigError("train.device", str(exc).split(": ", 1)[-1]) from None
 
 
+def open_store(runs_dir: Optional[str]):
+    """The run store named by --runs-dir (or $LAB_RUNS_DIR); refuses a path that is not a folder."""
+    import os
+
+    from lab.runs import RunStore
+
+    if runs_dir is not None and (not runs_dir.strip() or "\0" in runs_dir):
+        raise ConfigError("--runs-dir", f"{runs_dir!r} is not a folder path")
+    store = RunStore(runs_dir)
+    if store.root.exists() and not store.root.is_dir():
+        raise ConfigError("--runs-dir", f"{str(store.root)!r} exists and is not a folder")
+    if store.root.is_dir() and not os.access(store.root, os.R_OK | os.X_OK):
+        raise ConfigError("--runs-dir", f"{str(store.root)!r} cannot be read")
+    return store
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from lab.jobs import execute_run, summary_of
-    from lab.runs import RunStore
 
     cfg = config_from_args(args)  # validates before anything touches the store
     check_device(cfg.train.device)
-    store = RunStore(args.runs_dir)
+    store = open_store(args.runs_dir)
     run_id = store.create(cfg, owner="cli")
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -159,9 +185,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from lab.runs import RunStore
-
-    df = RunStore(args.runs_dir).list()
+    df = open_store(args.runs_dir).list()
     if args.json:
         print(df.to_json(orient="records"))
         return 0
@@ -172,11 +196,21 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from lab.runs import RunStore
+    from lab.runs import DamagedRunError
 
-    store = RunStore(args.runs_dir)
-    info = {"run_id": args.run_id, "status": store.status(args.run_id),
-            "config": store.config(args.run_id).to_dict(), "summary": store.summary(args.run_id)}
+    store = open_store(args.runs_dir)
+    store.path(args.run_id)  # RunIdError before anything is read
+    info: dict[str, Any] = {"run_id": args.run_id}
+    damaged = []
+    for key, read in (("status", store.status), ("config", lambda r: store.config(r).to_dict()),
+                      ("summary", store.summary)):
+        try:
+            info[key] = read(args.run_id)
+        except DamagedRunError as exc:  # show what is readable, and say what is not
+            info[key] = None
+            damaged.append(str(exc))
+    if damaged:
+        info["damaged"] = "; ".join(damaged)
     print(json.dumps(info, indent=None if args.json else 2, default=str))
     return 0
 

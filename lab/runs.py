@@ -7,6 +7,10 @@ A run is built in a dot-folder and renamed into place, so a crash never leaves a
 half-written run; every JSON file is replaced atomically, so readers never see a torn
 file. A queued or running run whose writing process died reads as "interrupted"
 (the process is identified by pid plus its start time, so a reused pid is not mistaken).
+Temp files and folders are named after their writer, so `sweep()` at start-up removes exactly
+what crashed writers left. Listing flags damaged runs (unreadable JSON, garbage metrics, a
+truncated or foreign weights file) with the reason instead of failing; weights are safetensors,
+which load tensors only and never execute code.
 """
 from __future__ import annotations
 
@@ -27,13 +31,15 @@ from typing import Any, BinaryIO
 import numpy as np
 import pandas as pd
 import torch
+from safetensors import SafetensorError
 from safetensors.numpy import load_file as _np_load, save_file as _np_save
 from safetensors.torch import load_file as _pt_load, save_file as _pt_save
 
 from lab.config import ConfigError, RunConfig, flatten
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
 from lab.storefs import (DamagedRunError, RunIdError, RunNotFoundError, _atomic, _atomic_write, _dumps,
-                         _read_json, now_iso, process_alive, process_token)
+                         _read_json, jsonl_problem, now_iso, process_alive, process_token, safetensors_problem,
+                         sweep, temp_tag)
 
 RUN_STATES = ("queued", "running", "completed", "stopped", "failed", "interrupted")
 LIVE_STATES = ("queued", "running")
@@ -118,7 +124,7 @@ class RunStore:
         final = self.path(run_id)
         if final.exists():
             raise ValueError(f"run_id: {run_id!r} already exists in {self.root}")
-        tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{run_id}.", suffix=".new"))
+        tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{run_id}.{temp_tag()}.", suffix=".new"))
         try:
             _atomic_write(tmp / "config.json", cfg.to_json().encode())
             created = now_iso()
@@ -234,10 +240,11 @@ class RunStore:
         _atomic(self._existing(run_id) / "weights.safetensors", lambda tmp: _pt_save(tensors, tmp))
 
     def load_weights(self, run_id: str) -> dict[str, torch.Tensor]:
+        """The final weights (safetensors: tensors only, nothing is unpickled or executed)."""
         path = self._existing(run_id) / "weights.safetensors"
         if not path.is_file():
             raise RunNotFoundError(f"run_id: {run_id!r} has no saved weights")
-        return _pt_load(path)
+        return _safe_load(path, _pt_load)
 
     def save_snapshot(self, run_id: str, rec: SnapshotRecord) -> None:
         """Attention patterns at rec.step -> attention/step_{step:07d}.safetensors (float16)."""
@@ -257,7 +264,7 @@ class RunStore:
         path = self._existing(run_id) / "attention" / f"step_{step:07d}.safetensors"
         if not path.is_file():
             raise RunNotFoundError(f"step: run {run_id!r} has no attention snapshot at step {step}")
-        return {k: v.astype(np.float32) for k, v in _np_load(path).items()}
+        return {k: v.astype(np.float32) for k, v in _safe_load(path, _np_load).items()}
 
     def write_summary(self, run_id: str, summary: dict[str, Any]) -> None:
         if not isinstance(summary, dict):
@@ -267,6 +274,10 @@ class RunStore:
     def summary(self, run_id: str) -> dict[str, Any] | None:
         path = self._existing(run_id) / "summary.json"
         return _read_json(path) if path.exists() else None
+
+    def sweep(self) -> int:
+        """Remove temp files and half-created or half-deleted folders left by crashed writers."""
+        return sweep(self.root)
 
     # ---- listing and deletion -------------------------------------------------
     def list(self) -> pd.DataFrame:
@@ -303,7 +314,14 @@ class RunStore:
                 raise  # deleted while we listed
             except (DamagedRunError, OSError) as exc:
                 problems.append(str(exc))
-        row["damaged"] = "; ".join(problems)
+        folder = self.root / run_id
+        weights = folder / "weights.safetensors"
+        if weights.exists():
+            problems.append(safetensors_problem(weights) or "")
+        elif row.get("state") in ("completed", "stopped") and "final.steps" in row:
+            problems.append("weights.safetensors: missing")
+        problems.append(jsonl_problem(folder / "metrics.jsonl") or "")
+        row["damaged"] = "; ".join(p for p in problems if p)
         return row
 
     def delete(self, run_id: str, owner: str | None = None) -> None:
@@ -317,8 +335,19 @@ class RunStore:
         if status.get("state") in LIVE_STATES:
             raise ValueError(f"run_id: {run_id!r} is {status['state']}; stop it before deleting")
         if owner is not None and status.get("owner", "") != owner:
-            raise PermissionError(f"run_id: {run_id!r} belongs to another owner")
+            raise PermissionError(f"run_id: {run_id!r} belongs to another user; you can delete only your own runs")
         self._close_handle(run_id)
         doomed = self.root / f".{run_id}.{secrets.token_hex(3)}.deleted"
         os.rename(path, doomed)  # vanish from listings at once, then remove
         shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _safe_load(path: Path, load: Any) -> dict[str, Any]:
+    """A safetensors file, or DamagedRunError naming it (truncated, garbage, not safetensors)."""
+    problem = safetensors_problem(path)
+    if problem is None:
+        try:
+            return load(path)
+        except (SafetensorError, OSError, ValueError) as exc:
+            problem = f"{path.name}: unreadable ({' '.join(str(exc).split())[:200]})"
+    raise DamagedRunError(problem)

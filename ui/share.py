@@ -15,11 +15,11 @@ from lab.config import ConfigError, RunConfig
 from ui.common import friendly, named
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values, query_string, values_from_config
 
-MAX_UPLOAD_BYTES = 64 * 1024
+MAX_UPLOAD_BYTES = 64 * 1024  # the default; a server passes its own (LAB_MAX_UPLOAD_KB, lab/limits.py)
 LINK_JS = "(q) => q ? window.location.origin + window.location.pathname + '?' + q : ''"
 
 
-def build_share_panel(widgets: dict[str, gr.components.Component]) -> None:
+def build_share_panel(widgets: dict[str, gr.components.Component], max_bytes: int = MAX_UPLOAD_BYTES) -> None:
     inputs = [widgets[k] for k in KNOB_KEYS]
     with gr.Accordion("Share this configuration", open=False):
         hide = gr.CheckboxGroup([k.url_key for k in KNOBS], label="Hide these controls in the link (classroom)",
@@ -36,7 +36,12 @@ def build_share_panel(widgets: dict[str, gr.components.Component]) -> None:
     def make_query(*args: Any) -> str:
         *vals, hidden = args
         cfg = config_from_values(dict(zip(KNOB_KEYS, vals)))
-        return query_string(cfg, tuple(hidden or ()))
+        names = [k.url_key for k in KNOBS]
+        hidden = [hidden] if isinstance(hidden, str) else list(hidden or ())
+        bad = [h for h in hidden if h not in names]
+        if bad:
+            raise ConfigError("hide", f"{bad[0]!r} is not a control (allowed: {', '.join(names)})")
+        return query_string(cfg, tuple(hidden))
 
     names = [k.url_key for k in KNOBS]
     link_btn.click(named(make_query, names + ["hide"]), inputs=inputs + [hide], outputs=query, api_name="share_query",
@@ -57,7 +62,7 @@ def build_share_panel(widgets: dict[str, gr.components.Component]) -> None:
 
     @friendly
     def load(file: Optional[str]) -> list:
-        cfg = read_config_file(file)
+        cfg = read_config_file(file, max_bytes)
         values = values_from_config(cfg)
         gr.Info("Configuration loaded.")
         return [gr.update(value=values[k]) for k in KNOB_KEYS]
@@ -65,17 +70,24 @@ def build_share_panel(widgets: dict[str, gr.components.Component]) -> None:
     upload.upload(load, inputs=upload, outputs=inputs, api_name="upload_config")
 
 
-def read_config_file(path: Optional[str]) -> RunConfig:
-    if not path:
+def read_config_file(path: Optional[str], max_bytes: int = MAX_UPLOAD_BYTES) -> RunConfig:
+    """An uploaded config JSON (at most `max_bytes`, UTF-8), validated like any config."""
+    if not path or not isinstance(path, str):
         raise ConfigError("config file", "no file was uploaded")
-    size = os.path.getsize(path)
-    if size > MAX_UPLOAD_BYTES:
-        raise ConfigError("config file", f"is {size:,} bytes (allowed: at most {MAX_UPLOAD_BYTES:,})")
-    with open(path, "rb") as fh:
-        raw = fh.read()
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read(max_bytes + 1)  # never more than the limit in memory
+    except OSError as exc:
+        raise ConfigError("config file", f"cannot be read ({exc.strerror})") from None
+    if len(raw) > max_bytes:
+        size = os.path.getsize(path)
+        raise ConfigError("config file", f"is {size:,} bytes (allowed: at most {max_bytes:,})")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigError("config file", "is not UTF-8 text (allowed: a JSON file saved by this app)") from None
-    cfg = RunConfig.from_json(text)
+    try:
+        cfg = RunConfig.from_json(text)
+    except RecursionError:
+        raise ConfigError("config file", "is nested too deeply (allowed: a JSON file saved by this app)") from None
     return config_from_values(values_from_config(cfg), base=cfg)  # n_ctx re-derived like any UI config

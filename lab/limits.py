@@ -1,0 +1,144 @@
+"""Server limits for a shared (classroom) server: read from environment variables once, checked
+when a run is submitted, and used to bound what live views hold in memory.
+
+`LAB_PUBLIC=1` switches to classroom defaults and turns on ownership (a user may stop or delete
+only their own runs). Each limit can be set on its own:
+
+| variable                  | local default | public default | what it bounds                          |
+|---------------------------|---------------|----------------|-----------------------------------------|
+| LAB_MAX_RUNS_PER_USER     | 0 (no limit)  | 2              | one user's runs queued or running       |
+| LAB_MAX_QUEUE             | 1000          | 40             | runs waiting in the queue, all users    |
+| LAB_MAX_PARAMS            | 50,000,000    | 2,000,000      | parameters of one model                 |
+| LAB_MAX_STEPS             | 1,000,000     | 5,000          | training steps of one run               |
+| LAB_MAX_LIVE_POINTS       | 2000          | 500            | points per curve sent to a live plot    |
+| LAB_MAX_UPLOAD_KB         | 64            | 64             | an uploaded config JSON file            |
+
+A refused request raises `LimitError` (a `ConfigError`, so every caller already turns it into a
+one-line message) naming the limit, its variable and what to do instead.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Mapping, Optional
+
+import numpy as np
+import pandas as pd
+
+from lab.config import ConfigError, RunConfig
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+
+class LimitError(ConfigError):
+    """A request refused by one of the server's limits (`field` names the limit or config field)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one server allows. 0 for `max_runs_per_user` means no per-user limit."""
+
+    public: bool = False  # ownership enforced: stop/delete only one's own runs
+    max_runs_per_user: int = 0
+    max_queue: int = 1000
+    max_params: int = 50_000_000
+    max_steps: int = 1_000_000
+    max_live_points: int = 2000
+    max_upload_kb: int = 64
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.public, bool):
+            raise ConfigError("LAB_PUBLIC", f"{self.public!r} is not a boolean")
+        for f in fields(self):
+            if f.name == "public":
+                continue
+            value, lo = getattr(self, f.name), 0 if f.name == "max_runs_per_user" else 1
+            if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+                raise ConfigError(ENV_NAMES[f.name], f"{value!r} is not an integer >= {lo}")
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return self.max_upload_kb * 1024
+
+    @classmethod
+    def public_defaults(cls) -> "Limits":
+        return cls(public=True, max_runs_per_user=2, max_queue=40, max_params=2_000_000, max_steps=5000,
+                   max_live_points=500)
+
+    @classmethod
+    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "Limits":
+        """Limits from LAB_PUBLIC and LAB_MAX_*; ConfigError naming the variable for a bad value."""
+        env = os.environ if env is None else env
+        flag = env.get("LAB_PUBLIC", "").strip().lower()
+        if flag not in _TRUE + _FALSE:
+            raise ConfigError("LAB_PUBLIC", f"{flag!r} is not one of 1, 0, true, false, yes, no")
+        base = cls.public_defaults() if flag in _TRUE else cls()
+        values = {}
+        for name, var in ENV_NAMES.items():
+            text = env.get(var, "").strip().replace("_", "")
+            if text:
+                if not text.isdigit():
+                    raise ConfigError(var, f"{env[var]!r} is not a non-negative integer")
+                values[name] = int(text)
+        return cls(**{f.name: getattr(base, f.name) for f in fields(cls)} | values)
+
+
+ENV_NAMES = {"max_runs_per_user": "LAB_MAX_RUNS_PER_USER", "max_queue": "LAB_MAX_QUEUE",
+             "max_params": "LAB_MAX_PARAMS", "max_steps": "LAB_MAX_STEPS",
+             "max_live_points": "LAB_MAX_LIVE_POINTS", "max_upload_kb": "LAB_MAX_UPLOAD_KB"}
+
+
+def count_params(cfg: RunConfig) -> int:
+    """Trainable parameters of the config's model, from the closed-form count (no model built)."""
+    from lab.analysis import param_breakdown
+
+    return sum(param_breakdown(cfg).values())
+
+
+def check_config(limits: Limits, cfg: RunConfig) -> None:
+    """Refuse a config larger than the server allows (steps, then parameters)."""
+    if cfg.train.steps > limits.max_steps:
+        raise LimitError("train.steps", f"{cfg.train.steps:,} steps is above this server's limit of "
+                         f"{limits.max_steps:,} ({ENV_NAMES['max_steps']}); choose at most {limits.max_steps:,}")
+    params = count_params(cfg)
+    if params > limits.max_params:
+        raise LimitError("model", f"{params:,} parameters is above this server's limit of {limits.max_params:,} "
+                         f"({ENV_NAMES['max_params']}); make d_model, d_ff or n_layers smaller")
+
+
+def check_admission(limits: Limits, cfg: RunConfig, owner: str, owner_live: int, queued: int, n: int = 1) -> None:
+    """Refuse `n` new runs of `cfg` for `owner`, who has `owner_live` runs queued or running, when
+    `queued` runs already wait in the queue. Config limits first, then the user's, then the queue's."""
+    check_config(limits, cfg)
+    if limits.public and not valid_owner(owner):
+        raise LimitError("owner", "this shared server needs a user token: reload the page (allowed: 8 to 64 "
+                         "letters, digits, '_' or '-')")
+    cap = limits.max_runs_per_user
+    if cap and owner_live + n > cap:
+        raise LimitError("runs per user", f"you already have {owner_live} run(s) queued or running and this "
+                         f"server allows {cap} at once ({ENV_NAMES['max_runs_per_user']}); wait for one to "
+                         "finish or stop one, then start again")
+    if queued + n > limits.max_queue:
+        raise LimitError("queue", f"the queue is full ({queued} runs waiting; this server allows "
+                         f"{limits.max_queue}, {ENV_NAMES['max_queue']}); try again in a minute")
+
+
+def valid_owner(owner: object) -> bool:
+    """A user token: 8 to 64 characters from letters, digits, '_' and '-' (a uuid4 hex is 32)."""
+    return (isinstance(owner, str) and 8 <= len(owner) <= 64
+            and all(c.isascii() and (c.isalnum() or c in "_-") for c in owner))
+
+
+def thin(frame: pd.DataFrame, max_points: int, by: Optional[str] = None) -> pd.DataFrame:
+    """At most `max_points` evenly spaced rows (per group of `by`), first and last kept, order kept:
+    a live plot of a long run stays a fixed size in memory and on the wire."""
+    if max_points < 1:
+        raise ValueError(f"max_points: {max_points!r} is not a positive integer")
+    if by is not None:
+        parts = [thin(group, max_points) for _, group in frame.groupby(by, sort=False)]
+        return pd.concat(parts) if parts else frame
+    if len(frame) <= max_points:
+        return frame
+    keep = np.unique(np.linspace(0, len(frame) - 1, max_points).round().astype(int))
+    return frame.iloc[keep]
