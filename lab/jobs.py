@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from lab.config import RunConfig
+from lab.limits import Limits, check_admission
 from lab.records import Record, SnapshotRecord, StepRecord
 from lab.runs import LIVE_STATES, TERMINAL_STATES, DamagedRunError, RunStore, now_iso
+from lab.worker import MODES, batch_seeds_default, default_mode, execute, warm_up
 
 if TYPE_CHECKING:
     from lab.trainer import TrainResult
@@ -125,6 +127,7 @@ class _Job:
     error: str | None = None
     last_step: StepRecord | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
+    group: str | None = None  # submit_many: queued runs with one group train as one batched model
 
 
 def default_max_concurrent() -> int:
@@ -143,7 +146,8 @@ class JobManager:
     """Runs submitted configs on daemon worker threads, at most `max_concurrent` at once."""
 
     def __init__(
-        self, store: RunStore, max_concurrent: int | None = None, train_fn: Callable[..., Any] | None = None
+        self, store: RunStore, max_concurrent: int | None = None, train_fn: Callable[..., Any] | None = None,
+        limits: Limits | None = None, mode: str | None = None,
     ) -> None:
         if max_concurrent is None:
             max_concurrent = default_max_concurrent()
@@ -152,6 +156,16 @@ class JobManager:
         self.store = store
         self.max_concurrent = max_concurrent
         self.train_fn = train_fn
+        # where training runs (lab/worker.py): a worker process by default; a custom train_fn
+        # (tests) runs in the worker thread unless `mode` says otherwise
+        self.mode = mode or ("thread" if train_fn is not None else default_mode())
+        if self.mode not in MODES:
+            raise ValueError(f"mode: {self.mode!r} is not one of {', '.join(MODES)}")
+        self.batch_seeds = train_fn is None and batch_seeds_default()
+        if self.mode == "process":
+            threading.Thread(target=warm_up, name="lab-spare-worker", daemon=True).start()
+        self.limits = limits if limits is not None else Limits()  # lab/limits.py; Limits.from_env() for a server
+        self._admitting: dict[str, int] = {}  # owner -> runs admitted whose folder is still being written
         self._cond = threading.Condition()
         self._jobs: dict[str, _Job] = {}
         self._queue: deque[str] = deque()
@@ -168,11 +182,22 @@ class JobManager:
 
     # ---- commands -----------------------------------------------------------------
     def submit(self, cfg: RunConfig, owner: str = "") -> str:
-        """Create the run (queued) and enqueue it; returns its id at once."""
+        """Create the run (queued) and enqueue it; returns its id at once. LimitError (before any
+        run folder exists) when the server's limits refuse it."""
         with self._cond:
             if self._closed:
                 raise RuntimeError("job manager: shut down; no new runs accepted")
-        run_id = self.store.create(cfg, owner=owner)
+            live = sum(1 for j in self._jobs.values() if j.owner == owner and j.state in LIVE_STATES)
+            check_admission(self.limits, cfg, owner, live + self._admitting.get(owner, 0),
+                            len(self._queue) + sum(self._admitting.values()))
+            self._admitting[owner] = self._admitting.get(owner, 0) + 1
+        try:
+            run_id = self.store.create(cfg, owner=owner)
+        finally:
+            with self._cond:
+                self._admitting[owner] -= 1
+                if not self._admitting[owner]:
+                    del self._admitting[owner]
         with self._cond:
             closed = self._closed  # shut down while the folder was being written
             if not closed:
@@ -185,6 +210,23 @@ class JobManager:
             raise RuntimeError("job manager: shut down; no new runs accepted")
         return run_id
 
+    def submit_many(self, cfgs: list[RunConfig], owner: str = "") -> list[str]:
+        """Submit several configs (an ablation grid); returns their run ids in order. With
+        `batch_seeds` on, configs that differ only in seed (or lr) train as one batched model
+        (lab/batched.py) and are stored as separate runs. Atomic for the workers: none starts
+        before every run is queued (the lock is reentrant), so a group stays whole."""
+        from lab.batched import batch_key
+
+        keys = [batch_key(c) if self.batch_seeds else None for c in cfgs]
+        shared = {k for k in keys if k is not None and keys.count(k) > 1}
+        with self._cond:
+            ids = [self.submit(cfg, owner=owner) for cfg in cfgs]
+            tag = ids[0] if ids else ""
+            for run_id, key in zip(ids, keys):
+                if key in shared and self._jobs[run_id].state == "queued":
+                    self._jobs[run_id].group = f"{tag}/{hash(key)}"
+        return ids
+
     def _start_worker_if_needed(self) -> None:
         """More queued jobs than idle workers, and room under the cap: start a worker."""
         if len(self._queue) > self._idle and len(self._workers) < self.max_concurrent:
@@ -192,13 +234,17 @@ class JobManager:
             self._workers.append(worker)
             worker.start()
 
-    def stop(self, run_id: str) -> bool:
+    def stop(self, run_id: str, owner: str | None = None) -> bool:
         """Dequeue a queued job ("stopped"), or ask a running one to stop at its next step.
-        False if this manager does not know the run or it has finished."""
+        False if this manager does not know the run or it has finished. With `owner` given (a
+        public server), PermissionError for a live run of someone else."""
+        self.store.path(run_id)  # RunIdError for anything that is not a run id
         with self._cond:
             job = self._jobs.get(run_id)
             if job is None or job.state not in LIVE_STATES:
                 return False
+            if owner is not None and job.owner != owner:
+                raise PermissionError(f"run_id: {run_id!r} belongs to another user; you can stop only your own runs")
             if job.state == "running":
                 job.stop_event.set()
                 return True
@@ -207,6 +253,18 @@ class JobManager:
             self._cond.notify_all()
         self.store.set_status(run_id, "stopped", finished_at=now_iso())
         return True
+
+    def delete(self, run_id: str, owner: str | None = None) -> None:
+        """Delete a finished run from the store (refused while queued or running; with `owner`
+        given, PermissionError for someone else's run)."""
+        self.store.path(run_id)  # RunIdError for anything that is not a run id
+        with self._cond:
+            job = self._jobs.get(run_id)
+            if job is not None and job.state in LIVE_STATES:
+                raise ValueError(f"run_id: {run_id!r} is {job.state}; stop it before deleting")
+        self.store.delete(run_id, owner=owner)
+        with self._cond:
+            self._jobs.pop(run_id, None)
 
     def shutdown(self, wait: bool = False, stop_running: bool = True) -> None:
         """Refuse new runs; queued ones become "interrupted"; running ones are asked to stop
@@ -299,33 +357,36 @@ class JobManager:
                 self._idle -= 1
                 if not self._queue:
                     return  # closed and nothing left
-                job = self._jobs[self._queue.popleft()]
-                job.state = "running"
-            self._run(job)
+                batch = [self._jobs[self._queue.popleft()]]
+                if batch[0].group is not None:  # its group mates, queued behind it, train with it
+                    batch += [self._jobs[r] for r in self._queue if self._jobs[r].group == batch[0].group]
+                    for job in batch[1:]:
+                        self._queue.remove(job.run_id)
+                for job in batch:
+                    job.state = "running"
+            self._run(batch)
 
-    def _run(self, job: _Job) -> None:
-        def seen(rec: Record) -> None:
+    def _run(self, batch: list[_Job]) -> None:
+        """Train one job, or a batched group, in this thread or a worker process (lab/worker.py)."""
+        jobs = {job.run_id: job for job in batch}
+
+        def seen(run_id: str, rec: Record) -> None:
             if isinstance(rec, StepRecord):
                 with self._cond:
-                    job.last_step = rec
+                    jobs[run_id].last_step = rec
 
-        state, error = "failed", None
+        outcome: dict[str, tuple[str, str | None]] = {}
         try:
-            threads = self.threads_for(self.store.config(job.run_id))
-        except (DamagedRunError, OSError):
-            threads = 1  # execute_run records the damage as the failure
-        try:
-            result = execute_run(
-                self.store, job.run_id, should_stop=job.stop_event.is_set, train_fn=self.train_fn,
-                threads=threads, on_record=seen,
-            )
-            state = "stopped" if result.stopped else "completed"
-        except BaseException as exc:  # never let a job kill its worker
-            error = error_line(exc)
-            log.warning("run %s failed: %s", job.run_id, error, exc_info=True)
+            try:
+                threads = self.threads_for(self.store.config(batch[0].run_id))
+            except (DamagedRunError, OSError):
+                threads = 1  # execute_run records the damage as the failure
+            stops = {job.run_id: job.stop_event for job in batch}
+            outcome = execute(self.store, list(jobs), stops, threads, seen, self.mode, self.train_fn)
         finally:
             with self._cond:
-                job.state, job.error = state, error
+                for run_id, job in jobs.items():
+                    job.state, job.error = outcome.get(run_id, ("failed", "the job's worker stopped unexpectedly"))
                 self._forget_old()
                 self._cond.notify_all()
 

@@ -6,6 +6,7 @@ initialised from a forked global RNG seeded with `train.seed` and the data come 
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -54,6 +55,23 @@ def resolve_device(name: str) -> torch.device:
     if name == "mps" and not (mps and mps.is_available()):
         raise ValueError("train.device: 'mps' was asked for but no Apple GPU is available (allowed here: auto, cpu)")
     return torch.device(name)
+
+
+def autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """bf16 autocast on CUDA (Micikevicius et al. 2018, mixed precision; bf16 needs no loss
+    scaling): matmuls and attention in bf16, softmax, norms and the loss kept in fp32 by
+    torch's autocast lists, fp32 master weights and optimiser. Off on CPU and MPS (fp32)."""
+    if device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def to_device(b: Batch, device: torch.device) -> Batch:
+    """A batch on the device without a host sync: on CUDA it is pinned and copied asynchronously."""
+    if device.type != "cuda":
+        return b
+    pin = Batch(b.inp.pin_memory(), b.tgt.pin_memory(), None if b.src is None else b.src.pin_memory())
+    return pin.to(device)  # non_blocking copies
 
 
 def set_threads(n: int) -> None:
@@ -158,6 +176,9 @@ def train(
     snaps = snapshot_steps(tc)
     log_every = max(1, tc.steps // MAX_LOGGED_STEPS)
     clip = tc.grad_clip if tc.grad_clip > 0 else float("inf")
+    amp = autocast(device)
+    params = list(model.parameters())  # once: model.parameters() walks every module each call
+    # no host sync per step: loss and grad norm stay on the device except at the logged steps
 
     t0 = time.perf_counter()
     tokens = 0
@@ -183,11 +204,12 @@ def train(
         lr = lr_at(step, tc)
         for g in opt.param_groups:
             g["lr"] = lr
-        b = task.batch(cfg.task, cfg.model.arch, tc.batch_size, gen).to(device)
-        out = model(b.inp, b.src, b.tgt)
+        b = to_device(task.batch(cfg.task, cfg.model.arch, tc.batch_size, gen), device)
+        with amp:
+            out = model(b.inp, b.src, b.tgt)
         opt.zero_grad(set_to_none=True)
         out.loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
         opt.step()
         step += 1
         tokens += b.inp.numel() + (b.src.numel() if b.src is not None else 0)
