@@ -11,10 +11,13 @@ from typing import Optional
 import gradio as gr
 
 from lab.jobs import JobManager
+from lab.limits import Limits
 from lab.runs import RunStore
 from ui.common import AppContext
 from ui.compare import build_compare_tab
 from ui.inspect import build_inspect_tab
+from ui.learn import build_learn_tab
+from ui.presets import build_presets_tab
 from ui.train import build_train_tab
 
 TITLE = "Transformer Ablation Lab"
@@ -24,27 +27,53 @@ footer {display: none !important}
 """
 
 
-def build_demo(store: Optional[RunStore] = None, jobs: Optional[JobManager] = None) -> gr.Blocks:
+def build_demo(store: Optional[RunStore] = None, jobs: Optional[JobManager] = None,
+               limits: Optional[Limits] = None) -> gr.Blocks:
+    """The whole page. `limits` (default: from the environment, see lab/limits.py) applies to a
+    JobManager built here; a given `jobs` brings its own."""
     store = store or RunStore()
-    ctx = AppContext(store=store, jobs=jobs or JobManager(store))
+    ctx = AppContext(store=store, jobs=jobs or JobManager(store, limits=limits or Limits.from_env()))
     with gr.Blocks(title=TITLE) as demo:
         gr.Markdown(f"# {TITLE}\nTrain a small Transformer on a toy task in seconds, then see *why* each design "
                     "choice matters by comparing runs side by side.")
         my_runs = gr.BrowserState([], storage_key="lab-my-runs")
         owner = gr.BrowserState("", storage_key="lab-owner")
-        with gr.Tabs(elem_id="tabs"):
+        last_preset = gr.BrowserState({}, storage_key="lab-last-preset")
+        with gr.Tabs(elem_id="tabs") as tabs:
             train = build_train_tab(ctx, my_runs, owner)
-            build_compare_tab(ctx)
+            presets = build_presets_tab(ctx, last_preset)
+            compare = build_compare_tab(ctx)
             build_inspect_tab(ctx)
+            build_learn_tab(ctx)
+        train.grid.wire(tabs, compare)  # presets and the grid open Compare on their runs
+        presets.wire(tabs, compare, my_runs, owner)
         demo.load(train.on_load, inputs=train.load_inputs, outputs=train.load_outputs, api_name="load")
+        demo.load(presets.on_load, inputs=presets.last, outputs=[presets.status, compare.note, presets.timer],
+                  api_name="load_presets")
     demo.queue(default_concurrency_limit=8)
     demo.lab_context = ctx  # for tests and the launcher; not read by callbacks
     return demo
 
 
+def blocked_paths(store: RunStore) -> list[str]:
+    """Folders Gradio must never serve: the run store and the app's own source tree (unless
+    Gradio's upload/cache folder lies inside one; it must stay servable)."""
+    from gradio.utils import get_upload_folder, is_in_or_equal
+
+    cache = os.path.abspath(get_upload_folder())  # where uploads and returned files live (GRADIO_TEMP_DIR)
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [p for p in (str(store.root), here) if not is_in_or_equal(cache, p)]
+
+
 def main() -> None:
-    demo = build_demo()
+    limits = Limits.from_env()
+    store = RunStore()
+    store.sweep()  # temp files and half-written folders a crashed server left behind
+    demo = build_demo(store, JobManager(store, limits=limits))
     demo.launch(
+        allowed_paths=[],  # Gradio serves only its own cache (the files this app returns) and uploads
+        blocked_paths=blocked_paths(store),
+        max_file_size=max(limits.max_upload_bytes, 1024 * 1024),  # a hard wall; ui/share.py names the limit
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
         css=CSS,

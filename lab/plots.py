@@ -56,11 +56,19 @@ def attention_grid(patterns: np.ndarray, q_labels: Sequence[str], k_labels: Sequ
     return fig
 
 
-def positional_figure(view: PositionalView, title: str = "") -> Figure:
+def positional_figure(view: PositionalView, title: str = "", with_pca: bool = True) -> Figure:
     """PCA of the position vectors (coloured by position) beside their similarity matrix; for
-    RoPE and ALiBi, the relative pattern they impose; for none, the explanation."""
-    fig = Figure(figsize=(9, 4), layout="constrained")
-    if view.pca is not None:
+    RoPE and ALiBi, the relative pattern they impose; for none, the explanation.
+    `with_pca=False` draws the similarity matrix alone (the app shows the PCA as a native plot)."""
+    fig = Figure(figsize=(9, 4) if with_pca else (5.2, 4.2), layout="constrained")
+    if view.pca is not None and not with_pca:
+        ax2 = fig.subplots()
+        im = ax2.imshow(view.similarity, cmap="cividis", vmin=-1, vmax=1, interpolation="nearest")
+        ax2.set_title("cosine similarity between positions", fontsize=10)
+        ax2.set_xlabel("position")
+        ax2.set_ylabel("position")
+        fig.colorbar(im, ax=ax2, shrink=0.85)
+    elif view.pca is not None:
         ax1, ax2 = fig.subplots(1, 2)
         n = view.pca.shape[0]
         ys = view.pca[:, 1] if view.pca.shape[1] > 1 else np.zeros(n)
@@ -78,7 +86,7 @@ def positional_figure(view: PositionalView, title: str = "") -> Figure:
         fig.colorbar(im, ax=ax2)
     elif view.relative is not None:
         same = bool(np.all(view.relative == view.relative[:1]))  # RoPE: one pattern for every head
-        heads = 1 if same else min(4, view.relative.shape[0])
+        heads = 1 if same else min(4 if with_pca else 2, view.relative.shape[0])
         axes = fig.subplots(1, heads, squeeze=False)[0]
         label = "score bias" if view.pos == "alibi" else "relative score"
         for h, ax in enumerate(axes):
@@ -91,15 +99,16 @@ def positional_figure(view: PositionalView, title: str = "") -> Figure:
     else:
         ax = fig.subplots()
         ax.axis("off")
-        ax.text(0.5, 0.5, textwrap.fill(view.note or "", 70), ha="center", va="center", fontsize=11)
-    fig.suptitle(title, fontsize=11)
+        ax.text(0.5, 0.5, textwrap.fill(view.note or "", 70 if with_pca else 40), ha="center", va="center",
+                fontsize=11)
+    fig.suptitle(title, fontsize=11 if with_pca else 9)
     return fig
 
 
 def params_figure(breakdowns: dict[str, dict[str, int]]) -> Figure:
     """Stacked horizontal bars: parameters per component for each run."""
     names = list(breakdowns)
-    fig = Figure(figsize=(8, 0.9 + 0.45 * len(names)), layout="constrained")
+    fig = Figure(figsize=(8, 1.2 + 0.45 * len(names)), layout="constrained")
     ax = fig.subplots()
     left = np.zeros(len(names))
     colors = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00"]  # Okabe-Ito
@@ -108,7 +117,10 @@ def params_figure(breakdowns: dict[str, dict[str, int]]) -> Figure:
         ax.barh(names, vals, left=left, color=color, label=comp)
         left += vals
     ax.set_xlabel("parameters")
-    ax.legend(ncols=len(COMPONENTS), fontsize=8, loc="lower center", bbox_to_anchor=(0.5, 1.0))
+    # the legend spans exactly the axes' width (mode="expand"), in two rows of three, so long run labels on
+    # the y-axis can never push it past the figure's right edge (it was clipped there when centred)
+    ax.legend(ncols=3, fontsize=8, loc="lower left", bbox_to_anchor=(0.0, 1.02, 1.0, 0.2), mode="expand",
+              borderaxespad=0.0, frameon=False)
     ax.invert_yaxis()
     return fig
 
@@ -128,6 +140,28 @@ def curves_figure(df: pd.DataFrame, x: str, y: str, color: str, title: str = "",
     ax.set_title(title)
     if df[color].nunique() <= 12:
         ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def bands_figure(df: pd.DataFrame, x_label: str, y_label: str, title: str = "") -> Figure:
+    """Mean curve per group with its min-max band (fill_between): columns group, x, mean, lo, hi.
+    Groups without points yet are left out; with none at all, the figure says so."""
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    ax = fig.subplots()
+    drawn = df.dropna(subset=["mean"]) if len(df) else df
+    for name, g in (drawn.groupby("group", sort=False) if len(drawn) else []):
+        g = g.sort_values("x")
+        line, = ax.plot(g["x"], g["mean"], label=str(name), lw=1.6)
+        ax.fill_between(g["x"], g["lo"], g["hi"], color=line.get_color(), alpha=0.2, lw=0)
+    if not len(drawn):
+        ax.text(0.5, 0.5, "No points yet: the runs are queued or starting.", ha="center", va="center",
+                transform=ax.transAxes)
+    elif drawn["group"].nunique() <= 12:
+        ax.legend(fontsize=8)
+    ax.set_xlabel(x_label)
+    ax.set_ylabel(y_label)
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     return fig
 

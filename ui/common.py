@@ -6,7 +6,7 @@ import functools
 import inspect
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import gradio as gr
 import pandas as pd
@@ -61,13 +61,37 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())[:500] or type(exc).__name__
 
 
-def short_label(row: dict[str, Any]) -> str:
-    """A readable run label: name if given, else task/arch/pos/norm + seed + id tail."""
+LABEL_FORMATS: dict[str, Callable[[Any], str]] = {  # config column -> its compact form in a label
+    "model.pos": str, "model.norm": lambda v: f"{v}-LN", "model.n_layers": lambda v: f"L{v}",
+    "model.n_heads": lambda v: f"h{v}", "model.d_model": lambda v: f"d{v}", "train.seed": lambda v: f"s{v}",
+    "model.arch": lambda v: "enc-dec" if v == "encoder-decoder" else "dec", "task.name": str,
+}
+MAX_LABEL_PARTS = 3  # vega cuts legend labels at ~160 px (about 25 characters)
+
+
+def compact(column: str, value: Any) -> str:
+    """One config value as a label part: 'rope', 'post-LN', 'L2', 's1', 'lr=0.01'."""
+    fmt = LABEL_FORMATS.get(column)
+    if fmt is not None:
+        return fmt(value)
+    if isinstance(value, float):
+        value = f"{value:g}"
+    return f"{column.split('.')[-1]}={value}"
+
+
+def short_label(row: dict[str, Any], varied: Optional[list[str]] = None) -> str:
+    """A short run label, the distinguishing part first and the run id's tail last: with `varied` (the
+    config columns that differ among the runs shown together) their values ('rope s1 (a1b2c3)'); else
+    the run's name; else PE, norm, layers, seed and task."""
+    tail = f"({str(row['run_id'])[-6:]})"
+    if varied:
+        parts = [compact(c, row.get(c)) for c in varied[:MAX_LABEL_PARTS]]
+        return " ".join(parts + (["…"] if len(varied) > MAX_LABEL_PARTS else []) + [tail])
     if row.get("name"):
-        return f"{row['name']} ({str(row['run_id'])[-6:]})"
-    arch = "enc-dec" if row.get("model.arch") == "encoder-decoder" else "dec"
-    return (f"{row.get('task.name')} {arch} {row.get('model.pos')} {row.get('model.norm')}-LN "
-            f"L{row.get('model.n_layers')} s{row.get('train.seed')} ({str(row['run_id'])[-6:]})")
+        return f"{row['name']} {tail}"
+    cols = ("model.pos", "model.norm", "model.n_layers", "train.seed", "task.name")
+    arch = " enc-dec" if row.get("model.arch") == "encoder-decoder" else ""
+    return " ".join(compact(c, row.get(c)) for c in cols) + f"{arch} {tail}"
 
 
 CURVES = {  # metric choice -> (record kind, column)
@@ -112,3 +136,12 @@ def curve(metrics: pd.DataFrame, metric: str, x: str = "step", smoothing: float 
     if smoothing > 0 and len(df):
         df["value"] = df["value"].ewm(alpha=1 - smoothing, adjust=True).mean()
     return df.reset_index(drop=True)
+
+
+MY_RUNS_KEPT = 50  # run ids a browser remembers (as the Train tab keeps them)
+
+
+def remember_runs(runs: Any, new_ids: list[str]) -> list[str]:
+    """The browser's "my runs" list with `new_ids` first (a BrowserState may hold anything: keep strings)."""
+    old = [r for r in (runs if isinstance(runs, list) else [])[:200] if isinstance(r, str) and r not in new_ids]
+    return (list(new_ids) + old)[:max(MY_RUNS_KEPT, len(new_ids))]

@@ -1,11 +1,15 @@
-"""Compare tab: filter stored runs, pick any number, overlay their curves, diff their configs.
+"""Compare tab: filter stored runs, pick any number, overlay their curves, diff their configs, and
+group seed repeats into a mean curve with a min-max band.
 
-Listing reads only each run's small JSON files; metrics are read for the selected runs only.
+Listing reads only each run's small JSON files; metrics are read for the selected runs only. Other
+tabs (presets, the ablation grid) open it on their runs through `CompareTab.pick`/`metric`; while a
+selected run is live, a timer redraws the curves and groups.
 """
 from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import gradio as gr
@@ -13,8 +17,11 @@ import pandas as pd
 
 from lab.analysis import param_breakdown
 from lab.config import ARCHS, NORMS, POS_ENCODINGS, TASK_NAMES
-from lab.plots import curves_figure, params_figure, to_png
-from ui.common import CURVES, X_AXES, AppContext, colour_map, curve, friendly, named, short_label
+from lab.grid import band, group_runs, varied_columns
+from lab.plots import bands_figure, curves_figure, params_figure, to_png
+from lab.runs import LIVE_STATES
+from ui.common import (CURVES, X_AXES, AppContext, colour_map, compact, curve, friendly, named, short_label,
+                       with_series)
 
 FILTERS = {"task.name": TASK_NAMES, "model.arch": ARCHS, "model.pos": POS_ENCODINGS, "model.norm": NORMS}
 TABLE_COLS = {"run_id": "run", "state": "state", "task.name": "task", "model.arch": "arch", "model.pos": "PE",
@@ -22,6 +29,25 @@ TABLE_COLS = {"run_id": "run", "state": "state", "task.name": "task", "model.arc
               "train.steps": "steps", "train.seed": "seed", "final.eval.exact_match": "exact-match",
               "final.ood.exact_match": "exact-match (longer)", "final.params": "params", "damaged": "problem"}
 CONFIG_PREFIXES = ("model.", "task.", "train.")
+GROUP_METRICS = {"final.train_loss": "train loss", "final.eval.loss": "eval loss",
+                 "final.eval.exact_match": "exact-match", "final.ood.exact_match": "exact-match (longer)",
+                 "final.wall_s": "wall s"}
+LIVE_POLL_S = 2.0
+
+
+@dataclass
+class CompareTab:
+    """What other tabs drive: the selection, the curve shown, the grouping, a note above the curves."""
+    tab: gr.Tab
+    pick: gr.Dropdown
+    metric: gr.Dropdown
+    group: gr.Checkbox
+    note: gr.Markdown
+    curves: gr.LinePlot
+
+    def opener(self) -> list:
+        """Outputs for opening Compare on other runs: send `reset_curves()` to `curves` with the new selection."""
+        return [self.pick, self.metric, self.group, self.curves]
 
 
 def filtered(ctx: AppContext, filters: list[Optional[list[str]]]) -> pd.DataFrame:
@@ -45,25 +71,34 @@ def choices(df: pd.DataFrame) -> list[tuple[str, str]]:
     return [(short_label(r), r["run_id"]) for r in df.iloc[::-1].to_dict("records") if not r.get("damaged")]
 
 
+def _configs(listing: pd.DataFrame, run_ids: list[str]) -> dict[str, dict[str, Any]]:
+    cols = [c for c in listing.columns if c.startswith(CONFIG_PREFIXES)]
+    return {r: listing.loc[r, cols].to_dict() for r in run_ids}
+
+
 def run_labels(ctx: AppContext, run_ids: Optional[list[str]],
                listing: Optional[pd.DataFrame] = None) -> dict[str, str]:
-    """run id -> its label in curves and tables; ValueError for an id that is not a stored run."""
+    """run id -> its label in curves and tables, led by what differs between the runs ('rope s1 (a1b2c3)');
+    ValueError for an id that is not a stored run."""
     listing = ctx.store.list().set_index("run_id") if listing is None else listing
     for r in run_ids or []:
         ctx.store.path(r)  # refuses ids that are not run ids (path tricks included)
         if r not in listing.index:
             raise ValueError(f"run_id: {r!r} is not a stored run")
-    return {r: short_label({"run_id": r, **listing.loc[r].to_dict()}) for r in run_ids or []}
+    run_ids = list(dict.fromkeys(run_ids or []))
+    varied = varied_columns(_configs(listing, run_ids)) if len(run_ids) > 1 else []
+    return {r: short_label({"run_id": r, **listing.loc[r].to_dict()}, varied) for r in run_ids}
 
 
 def compare_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoothing: float,
                    diff_only: bool) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Any]:
     listing = ctx.store.list().set_index("run_id")
     labels = run_labels(ctx, run_ids, listing)
-    run_ids = list(run_ids or [])
+    run_ids = list(labels)
     curves = [curve(ctx.store.metrics(r), metric, x, smoothing).assign(run=labels[r]) for r in run_ids]
     empty = pd.DataFrame({"x": [], "value": [], "run": pd.Series([], dtype=object)})  # run: nominal, even empty
     curves_df = pd.concat(curves) if curves else empty
+    curves_df = with_series(curves_df, "run", tuple(labels.values()), "x")  # runs without points yet included
     finals = pd.DataFrame([{
         "run": labels[r], "state": listing.loc[r, "state"],
         "params": listing.loc[r].get("final.params"), "steps": listing.loc[r].get("step"),
@@ -79,6 +114,68 @@ def compare_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smo
     configs = configs.rename(index=labels).reset_index(names="run")
     parts = {labels[r]: param_breakdown(ctx.store.config(r)) for r in run_ids}
     return curves_df, finals.round(4), configs, params_figure(parts) if parts else None
+
+
+def run_curve(metrics: pd.DataFrame, metric: str, x: str, smoothing: float) -> pd.DataFrame:
+    """One metric of one run as columns (step, x, value), for averaging over runs step by step."""
+    kind, col = CURVES[metric]
+    if metrics.empty or col not in metrics.columns:
+        return pd.DataFrame({"step": [], "x": [], "value": []})
+    m = metrics[metrics["kind"] == kind]
+    df = pd.DataFrame({"step": m["step"], "x": m[X_AXES[x]], "value": m[col]}).dropna(subset=["value"])
+    if smoothing > 0 and len(df):
+        df["value"] = df["value"].ewm(alpha=1 - smoothing, adjust=True).mean()
+    return df.reset_index(drop=True)
+
+
+def group_label(key: tuple, n: int) -> str:
+    parts = [compact(col, value) for col, value in key] or ["all runs"]
+    return " ".join(parts) + f" ({n} seed{'s' if n != 1 else ''})"
+
+
+def _spread(values: pd.Series) -> str:
+    v = pd.to_numeric(values, errors="coerce").dropna()
+    if v.empty:
+        return ""
+    return f"{v.mean():.3f} [{v.min():.3f}, {v.max():.3f}]" if len(v) > 1 else f"{v.iloc[0]:.3f}"
+
+
+def group_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str,
+                 smoothing: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Seed repeats grouped by the other varied config values: band curves (group, step, x, mean, lo, hi,
+    n) and a table of final metrics per group as 'mean [min, max]' over its runs."""
+    listing = ctx.store.list().set_index("run_id")
+    run_labels(ctx, run_ids, listing)  # validates the ids
+    run_ids = list(dict.fromkeys(run_ids or []))
+    groups = group_runs(_configs(listing, run_ids))
+    bands, rows = [], []
+    for key, members in groups.items():
+        label = group_label(key, len(members))
+        curves = [run_curve(ctx.store.metrics(r), metric, x, smoothing) for r in members]
+        bands.append(band(curves).assign(group=label))
+        rows.append({"group": label, "runs": len(members),
+                     "seeds": ", ".join(str(listing.loc[r, "train.seed"]) for r in members),
+                     "finished": sum(listing.loc[r, "state"] not in LIVE_STATES for r in members),
+                     **{name: _spread(listing.loc[members].get(col, pd.Series(dtype=float)))
+                        for col, name in GROUP_METRICS.items()}})
+    return (pd.concat(bands, ignore_index=True) if bands else pd.DataFrame(),
+            pd.DataFrame(rows, columns=["group", "runs", "seeds", "finished", *GROUP_METRICS.values()]))
+
+
+def select(ctx: AppContext, run_ids: list[str]) -> dict:
+    """The run picker set to `run_ids` (with every listed run as a choice): how other tabs open Compare."""
+    return gr.update(choices=choices(ctx.store.list()), value=list(run_ids))
+
+
+def reset_curves() -> Any:
+    """An empty curve plot, sent when another tab opens Compare on new runs. Compare is hidden then; with
+    a value left from other runs, the plot redraws on showing with the old runs' colour scale, which can
+    win over the redraw for the new runs (seen in Chromium: new curves drawn without a stroke)."""
+    return gr.LinePlot(value=None)
+
+
+def any_live(ctx: AppContext, run_ids: Optional[list[str]]) -> bool:
+    return any(ctx.store.status(r).get("state") in LIVE_STATES for r in run_ids or [] if ctx.store.exists(r))
 
 
 def export(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoothing: float) -> list[str]:
@@ -98,9 +195,10 @@ def export(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoothing: 
     return files
 
 
-def build_compare_tab(ctx: AppContext) -> gr.Tab:
+def build_compare_tab(ctx: AppContext) -> CompareTab:
     with gr.Tab("Compare", id="compare") as tab:
         gr.Markdown("Pick any number of stored runs to overlay their curves and see what differs between them.")
+        note = gr.Markdown("", elem_id="compare-note")
         with gr.Row():
             filters = [gr.Dropdown(list(vals), multiselect=True, label=col.split(".")[1], value=[], scale=1)
                        for col, vals in FILTERS.items()]
@@ -111,18 +209,24 @@ def build_compare_tab(ctx: AppContext) -> gr.Tab:
                                allow_custom_value=True)
             all_btn = gr.Button("Select all shown", size="sm", scale=0)
         with gr.Row():
-            metric = gr.Dropdown(list(CURVES), value="train loss", label="Curve")
+            metric = gr.Dropdown(list(CURVES), value="train loss", label="Curve", elem_id="compare-metric")
             xaxis = gr.Radio(list(X_AXES), value="step", label="x-axis")
             smooth = gr.Slider(0, 0.95, value=0.0, step=0.05, label="Smoothing (EMA)")
             diff_only = gr.Checkbox(value=True, label="Config: differences only")
+            group = gr.Checkbox(value=True, label="Group seed repeats", elem_id="compare-group",
+                                info="Runs that differ only in their seed: mean curve and min-max band.")
+        bands = gr.Plot(label="Seed repeats: mean and min-max band", visible=False, elem_id="compare-bands")
+        groups = gr.Dataframe(label="Final metrics by group: mean [min, max] over seeds", interactive=False,
+                              visible=False, elem_id="compare-groups")
         curves = gr.LinePlot(x="x", y="value", color="run", height=340, elem_id="compare-curves",
                              title="Selected runs")
-        finals = gr.Dataframe(label="Final metrics", interactive=False)
+        finals = gr.Dataframe(label="Final metrics", interactive=False, elem_id="compare-finals")
         configs = gr.Dataframe(label="Configuration", interactive=False)
         params = gr.Plot(label="Parameters per component")
         with gr.Row():
             export_btn = gr.Button("Export selection (config JSON, metrics CSV, figures PNG)", size="sm")
         files = gr.File(label="Exported files", file_count="multiple", interactive=False)
+        timer = gr.Timer(LIVE_POLL_S, active=False)
 
     @friendly
     def on_refresh(*fs: Any):
@@ -154,6 +258,29 @@ def build_compare_tab(ctx: AppContext) -> gr.Tab:
     gr.on([c.change for c in settings], on_compare, inputs=settings, outputs=[curves, finals, configs, params],
           api_name="compare", trigger_mode="always_last").success(
         on_colours, inputs=pick, outputs=curves, api_name="compare_colours", show_progress="hidden")
-    export_btn.click(named(friendly(lambda *a: export(ctx, *a)), snames[:4]), inputs=[pick, metric, xaxis, smooth], outputs=files,
-                     api_name="export")
-    return tab
+
+    @friendly
+    def on_groups(run_ids: list[str], metric: str, x: str, smoothing: float, grouped: bool):
+        """The grouped view (shown when grouping is on and some group has more than one seed), and the
+        live timer (on while a selected run is queued or running)."""
+        live = gr.Timer(active=any_live(ctx, run_ids))
+        band_df, table_df = group_frames(ctx, run_ids or [], metric, x, smoothing) if run_ids else (None, None)
+        if not grouped or table_df is None or not (table_df["runs"] > 1).any():
+            return gr.Plot(visible=False), gr.Dataframe(visible=False), live
+        fig = bands_figure(band_df, x, metric, title=f"{metric}: mean over seeds, band = min to max")
+        return gr.Plot(value=fig, visible=True), gr.Dataframe(value=table_df, visible=True), live
+
+    group_inputs = [pick, metric, xaxis, smooth, group]
+    gr.on([c.change for c in group_inputs], named(on_groups, snames[:4] + ["group"]), inputs=group_inputs,
+          outputs=[bands, groups, timer], api_name="compare_groups", trigger_mode="always_last")
+
+    @friendly
+    def on_tick(run_ids: list[str], metric: str, x: str, smoothing: float, diff_only: bool, grouped: bool):
+        curves_df, finals_df, *_ = compare_frames(ctx, run_ids or [], metric, x, smoothing, diff_only)
+        return (gr.LinePlot(value=curves_df), finals_df, *on_groups(run_ids, metric, x, smoothing, grouped))
+
+    timer.tick(on_tick, inputs=settings + [group], outputs=[curves, finals, bands, groups, timer],
+               api_name="compare_live", show_progress="hidden")
+    export_btn.click(named(friendly(lambda *a: export(ctx, *a)), snames[:4]), inputs=[pick, metric, xaxis, smooth],
+                     outputs=files, api_name="export")
+    return CompareTab(tab, pick, metric, group, note, curves)

@@ -6,16 +6,37 @@ retrains); a typed probe runs a fresh model loaded from the run's final weights.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import gradio as gr
 import pandas as pd
 
 from lab.analysis import attention, load_model, parse_probe, positional_view, sampled_probe
+from lab.config import ConfigError
 from lab.plots import KIND_TITLES, attention_grid, positional_figure
 from ui.common import AppContext, friendly, named, short_label
 
 KINDS = ("enc_self", "dec_self", "cross")
+SOURCES = ("sampled", "typed")
+MAX_PROBE_CHARS = 1000
+
+
+def checked_inputs(ctx: AppContext, run_id: Any, source: Any = "sampled", text: Any = "", step: Any = 0) -> float:
+    """Refuse what the widgets cannot send but an API client can: each message names the field.
+    Returns the step as a float."""
+    ctx.store.path(run_id)  # RunIdError: not a run id (no path tricks)
+    if source not in SOURCES:
+        raise ConfigError("source", f"{source!r} is not one of {', '.join(SOURCES)}")
+    if not isinstance(text, (str, type(None))) or len(text or "") > MAX_PROBE_CHARS:
+        raise ConfigError("probe", f"must be text of at most {MAX_PROBE_CHARS} characters")
+    try:
+        value = float(step if step not in (None, "") else 0)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError("step", f"{step!r} is not a training step (allowed: a number >= 0)")
+    return value
 
 
 def run_choices(ctx: AppContext) -> list[tuple[str, str]]:
@@ -25,6 +46,8 @@ def run_choices(ctx: AppContext) -> list[tuple[str, str]]:
 
 
 def step_slider(ctx: AppContext, run_id: Optional[str]) -> gr.Slider:
+    if run_id:
+        checked_inputs(ctx, run_id)
     steps = ctx.store.snapshot_steps(run_id) if run_id else []
     if not steps:
         return gr.Slider(minimum=0, maximum=1, value=0, step=1, interactive=False,
@@ -38,10 +61,12 @@ def attention_figures(ctx: AppContext, run_id: Optional[str], source: str, text:
     """One figure (or a hidden plot) per attention kind, and a caption."""
     if not run_id:
         return [gr.Plot(visible=False)] * len(KINDS) + ["Pick a run to see its attention."]
+    step = checked_inputs(ctx, run_id, source, text, step)
     cfg = ctx.store.config(run_id)
     if source == "typed":
         if not ctx.store.exists(run_id) or ctx.store.summary(run_id) is None:
-            raise gr.Error("This run has no final weights yet: wait until it finishes, or use the sampled probe.")
+            raise ConfigError("run_id", "this run has no final weights yet: wait until it finishes, or use the "
+                              "sampled probe")
         probe = parse_probe(cfg, text)
         patterns = attention(load_model(cfg, ctx.store.load_weights(run_id)), probe.batch)
         caption = "Typed input, final weights."
@@ -50,7 +75,7 @@ def attention_figures(ctx: AppContext, run_id: Optional[str], source: str, text:
         steps = ctx.store.snapshot_steps(run_id)
         if not steps:
             return [gr.Plot(visible=False)] * len(KINDS) + ["No attention snapshots saved for this run yet."]
-        at = min(steps, key=lambda s: abs(s - float(step or 0)))
+        at = min(steps, key=lambda s: abs(s - step))
         patterns = ctx.store.load_snapshot(run_id, at)
         caption = f"Sampled probe input at step {at}."
     labels = {"enc_self": (probe.src_labels, probe.src_labels), "dec_self": (probe.dec_labels, probe.dec_labels),
@@ -70,20 +95,28 @@ def positional_panel(ctx: AppContext, run_id: Optional[str]):
     """(PCA scatter frame, figure, caption) for one run's positional encoding."""
     if not run_id:
         return None, None, "Pick a run."
+    checked_inputs(ctx, run_id)
     cfg = ctx.store.config(run_id)
     weights = ctx.store.load_weights(run_id) if ctx.store.summary(run_id) is not None else None
     view = positional_view(cfg, weights)
-    fig = positional_figure(view, f"{cfg.model.pos} ({short_label({'run_id': run_id, **_flat(cfg)})})")
+    fig = positional_figure(view, short_label({"run_id": run_id, **_flat(cfg)}), with_pca=False)
     if view.pca is None:
         return pd.DataFrame({"pc1": [], "pc2": [], "position": []}), fig, view.note or ""
     pcs = pd.DataFrame({"pc1": view.pca[:, 0], "pc2": view.pca[:, 1] if view.pca.shape[1] > 1 else 0.0,
                         "position": range(len(view.pca))})
+    lims = {f"{a}_lim": _padded(pcs[c]) for a, c in (("x", "pc1"), ("y", "pc2"))}  # no point on the frame
     ev = view.explained
     trained = "" if weights is not None or cfg.model.pos != "learned" else " (untrained: the run has no weights yet)"
     caption = (f"PCA of {len(pcs)} position vectors{trained}: PC1 explains {ev[0]:.0%} and PC2 "
                f"{ev[1] if len(ev) > 1 else 0:.0%} of their variance. Nearby positions close together means "
                f"the encoding varies smoothly with position.")
-    return pcs, fig, caption
+    return gr.ScatterPlot(value=pcs, **lims), fig, caption
+
+
+def _padded(col: pd.Series, margin: float = 0.08) -> list[float]:
+    lo, hi = float(col.min()), float(col.max())
+    pad = margin * (hi - lo) or 1.0
+    return [lo - pad, hi + pad]
 
 
 def _flat(cfg) -> dict[str, Any]:
@@ -101,18 +134,19 @@ def build_inspect_tab(ctx: AppContext) -> gr.Tab:
         caption = gr.Markdown()
         plots = [gr.Plot(label=KIND_TITLES[k], visible=False, elem_id=f"attn-{k}") for k in KINDS]
         gr.Markdown("### Positional encodings, side by side")
+        with gr.Row(equal_height=True):
+            gr.Markdown("**A** is the run chosen above. Pick **B** to compare its positions with A's.")
+            run_b = gr.Dropdown([], label="B: compare with run", elem_id="inspect-run-b", allow_custom_value=True)
         with gr.Row():
             sides = []
             for side in ("A", "B"):
                 with gr.Column():
-                    pick = run if side == "A" else gr.Dropdown([], label="Compare with run", elem_id="inspect-run-b",
-                                                                      allow_custom_value=True)
+                    pick = run if side == "A" else run_b
                     scatter = gr.ScatterPlot(x="pc1", y="pc2", color="position", height=260,
                                              title=f"PCA of position vectors ({side})", elem_id=f"pca-{side}")
                     fig = gr.Plot(label=f"Similarity / relative pattern ({side})", elem_id=f"pe-fig-{side}")
                     note = gr.Markdown()
                     sides.append((pick, scatter, fig, note))
-    run_b = sides[1][0]
 
     @friendly
     def on_tab():
@@ -124,9 +158,11 @@ def build_inspect_tab(ctx: AppContext) -> gr.Tab:
     draw = named(friendly(lambda *a: attention_figures(ctx, *a)), ["run_id", "source", "text", "step"])
     att_inputs, att_outputs = [run, source, text, step], plots + [caption]
     run.change(named(friendly(lambda r: step_slider(ctx, r)), ["run_id"]), inputs=run, outputs=step, api_name="snapshot_steps").then(
-        draw, inputs=att_inputs, outputs=att_outputs, api_name="attention_for_run")
+        draw, inputs=att_inputs, outputs=att_outputs, api_name="attention_for_run", preprocess=False)
     gr.on([source.change, text.submit, step.release], draw, inputs=att_inputs, outputs=att_outputs,
-          api_name="attention", trigger_mode="always_last")
+          api_name="attention", trigger_mode="always_last", preprocess=False)
+    # preprocess=False: the Radio's and Slider's own checks would refuse a bad value with a message naming
+    # no field; checked_inputs names it (raw values of these widgets are what the callback expects anyway)
     for i, (pick, scatter, fig, note) in enumerate(sides):
         pick.change(named(friendly(lambda r: positional_panel(ctx, r)), ["run_id"]), inputs=pick, outputs=[scatter, fig, note],
                     api_name=f"positional_{'ab'[i]}")

@@ -6,16 +6,20 @@ shown run and redraws its curves, and switches itself off when the run ends.
 from __future__ import annotations
 
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import gradio as gr
 import pandas as pd
 
 from lab.analysis import param_breakdown
 from lab.config import ConfigError, RunConfig
+from lab.limits import thin, valid_owner
+from lab.runs import DamagedRunError, RunIdError, RunNotFoundError
 from lab.tasks import get_task
 from ui.common import TERMINAL, AppContext, curve, friendly, named, with_series
+from ui.grid import GridPanel, build_grid_panel
 from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, values_from_query
 from ui.share import build_share_panel
 
@@ -29,6 +33,7 @@ class TrainTab:
     on_load: Callable  # applies the page URL (config and hidden controls), restores "my runs"
     load_inputs: list
     load_outputs: list
+    grid: Optional[GridPanel] = None  # the ablation grid accordion (ui/grid.py); app.py wires it to Compare
 
 
 def _values(args: tuple) -> dict[str, Any]:
@@ -80,6 +85,8 @@ def progress_text(ctx: AppContext, run_id: str) -> tuple[str, str]:
 
 def live_frames(ctx: AppContext, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     m = ctx.store.metrics(run_id)
+    points = ctx.jobs.limits.max_live_points  # a long run's curves stay a fixed size in memory and on the wire
+    m = pd.concat([thin(m[m["kind"] == kind], points) for kind in ("train", "eval")])
     has_ood = get_task(ctx.store.config(run_id).task.name).has_ood
     acc_series = ("training lengths", "longer lengths") if has_ood else ("training lengths",)
     # per-step train loss is noisy at batch 32-64: light smoothing, as Compare's default
@@ -105,6 +112,11 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                 with gr.Row():
                     start = gr.Button("Start", variant="primary", elem_id="start-btn")
                     stop = gr.Button("Stop", variant="stop", elem_id="stop-btn")
+                    delete = gr.Button("Delete run", variant="secondary", elem_id="delete-btn")
+                with gr.Row(visible=False, elem_id="delete-confirm") as confirm_row:
+                    confirm_text = gr.Markdown(elem_id="delete-confirm-text")
+                    confirm_yes = gr.Button("Yes, delete it", variant="stop", size="sm", elem_id="delete-yes")
+                    confirm_no = gr.Button("Cancel", size="sm", elem_id="delete-no")
                 run_pick = gr.Dropdown(label="Run shown", choices=[], value=None, allow_custom_value=True,
                                        elem_id="run-pick", info="Runs started from this browser.")
                 progress = gr.Markdown("No run yet.", elem_id="progress")
@@ -112,7 +124,8 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                                         elem_id="live-loss", height=260)
                 acc_plot = gr.LinePlot(x="step", y="value", color="series", title="Exact-match (held-out)",
                                        y_title="exact-match", y_lim=[0, 1], elem_id="live-acc", height=260)
-                build_share_panel(widgets)
+                build_share_panel(widgets, ctx.jobs.limits.max_upload_bytes)
+                grid = build_grid_panel(ctx, widgets, my_runs, owner)
         timer = gr.Timer(POLL_S, active=False)
     inputs = [widgets[k] for k in KNOB_KEYS]
 
@@ -126,8 +139,8 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
     def on_start(*args: Any):
         *vals, runs, who = args
         cfg = config_from_values(_values(tuple(vals)))
-        run_id = ctx.jobs.submit(cfg, owner=who or "")
-        runs = [r for r in (runs if isinstance(runs, list) else []) if isinstance(r, str) and r != run_id]
+        run_id = ctx.jobs.submit(cfg, owner=who if isinstance(who, str) else "")
+        runs = [r for r in (runs if isinstance(runs, list) else [])[:200] if is_run_id(ctx, r) and r != run_id]
         runs = [run_id] + runs[:49]
         return gr.Dropdown(choices=runs, value=run_id), runs, progress_text(ctx, run_id)[1], gr.Timer(active=True)
 
@@ -138,8 +151,16 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
     def on_poll(run_id: Optional[str]):
         if not run_id:
             return "No run yet.", None, None, gr.Timer(active=False)
-        state, text = progress_text(ctx, run_id)
-        loss, acc = live_frames(ctx, run_id)
+        ctx.store.path(run_id)  # RunIdError (a message naming run_id) for anything else
+        try:
+            state, text = progress_text(ctx, run_id)
+            if state == "queued":  # nothing to draw yet: a classroom's queue polls cheaply
+                return text, None, None, gr.Timer(active=True)
+            loss, acc = live_frames(ctx, run_id)
+        except RunNotFoundError:
+            return f"⚠️ Run {run_id} does not exist (it may have been deleted).", None, None, gr.Timer(active=False)
+        except DamagedRunError as exc:
+            return f"⚠️ Run {run_id} is damaged and cannot be shown: {exc}", None, None, gr.Timer(active=False)
         return text, loss, acc, gr.Timer(active=state not in TERMINAL)
 
     timer.tick(on_poll, inputs=run_pick, outputs=[progress, loss_plot, acc_plot, timer], api_name="poll",
@@ -150,27 +171,82 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
     @friendly
     def on_stop(run_id: Optional[str], who: Optional[str]):
         if not run_id:
-            raise gr.Error("No run is shown, so there is nothing to stop.")
-        ok = ctx.jobs.stop(run_id)
+            raise ConfigError("run_id", "no run is shown, so there is nothing to stop")
+        ctx.store.path(run_id)
+        with permission():
+            ok = ctx.jobs.stop(run_id, owner=acting_owner(ctx, who))
         if not ok:
             gr.Info("That run has already finished.")
         return progress_text(ctx, run_id)[1]
 
     stop.click(on_stop, inputs=[run_pick, owner], outputs=progress, api_name="stop")
 
+    @friendly
+    def on_delete_ask(run_id: Optional[str]):
+        if not run_id:
+            raise ConfigError("run_id", "no run is shown, so there is nothing to delete")
+        ctx.store.path(run_id)
+        return gr.Row(visible=True), f"Delete run **{run_id}** and everything it saved? This cannot be undone."
+
+    delete.click(on_delete_ask, inputs=run_pick, outputs=[confirm_row, confirm_text], api_name="delete_ask")
+    confirm_no.click(lambda: gr.Row(visible=False), outputs=confirm_row, api_name="delete_cancel")
+
+    @friendly
+    def on_delete(run_id: Optional[str], runs: Optional[list], who: Optional[str]):
+        if not run_id:
+            raise ConfigError("run_id", "no run is shown, so there is nothing to delete")
+        ctx.store.path(run_id)
+        with permission():
+            ctx.jobs.delete(run_id, owner=acting_owner(ctx, who))
+        left = [r for r in (runs if isinstance(runs, list) else [])[:200] if is_run_id(ctx, r) and r != run_id]
+        left = [r for r in left if ctx.store.exists(r)]
+        return (gr.Dropdown(choices=left, value=left[0] if left else None), left,
+                f"🗑️ Deleted run {run_id}.", gr.Row(visible=False))
+
+    confirm_yes.click(on_delete, inputs=[run_pick, my_runs, owner],
+                      outputs=[run_pick, my_runs, progress, confirm_row], api_name="delete")
+
     def on_load(runs: Optional[list], who: Optional[str], request: gr.Request):
         params = dict(request.query_params) if request is not None else {}
         values, hide, problems = values_from_query(params)
         updates = [gr.update(value=values[k], visible=k not in hide) if k in values
                    else gr.update(visible=k not in hide) for k in KNOB_KEYS]
-        runs = [r for r in (runs or []) if isinstance(r, str) and ctx.store.exists(r)]
+        runs = [r for r in (runs if isinstance(runs, list) else [])[:200] if is_run_id(ctx, r) and ctx.store.exists(r)]
         note = validate(*[values.get(k.key, k.default()) for k in KNOBS])
         if problems:
             note = "⚠️ " + "; ".join(problems) + " (the rest of the link was applied)\n\n" + note
-        return (*updates, gr.Dropdown(choices=runs, value=runs[0] if runs else None), runs,
-                who or uuid.uuid4().hex, note)
+        who = who if isinstance(who, str) and valid_owner(who) else uuid.uuid4().hex
+        return (*updates, gr.Dropdown(choices=runs, value=runs[0] if runs else None), runs, who, note)
 
-    return TrainTab(widgets, run_pick, on_load, [my_runs, owner], inputs + [run_pick, my_runs, owner, summary])
+    return TrainTab(widgets, run_pick, on_load, [my_runs, owner], inputs + [run_pick, my_runs, owner, summary], grid)
+
+
+def is_run_id(ctx: AppContext, value: Any) -> bool:
+    """Whether `value` is a well-formed run id (it may not exist)."""
+    try:
+        ctx.store.path(value)
+    except RunIdError:
+        return False
+    return True
+
+
+def acting_owner(ctx: AppContext, who: Any) -> Optional[str]:
+    """The owner whose runs a stop or delete may touch: the caller's token on a public server
+    (ownership enforced), None (anybody's) on a local one."""
+    if not ctx.jobs.limits.public:
+        return None
+    if not valid_owner(who):
+        raise ConfigError("owner", "this shared server needs your user token to stop or delete a run; reload the page")
+    return who
+
+
+@contextmanager
+def permission() -> Iterator[None]:
+    """Someone else's run: a one-line message, not an unexpected-error report."""
+    try:
+        yield
+    except PermissionError as exc:
+        raise gr.Error(" ".join(str(exc).split()), print_exception=False) from None
 
 
 def _knob_panel() -> dict[str, gr.components.Component]:

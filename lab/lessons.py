@@ -1,0 +1,297 @@
+"""The numbers behind the Learn pages, computed live from one model (pure functions, no gradio).
+
+A `Subject` is the model a page explains: a stored run's final weights, or the seeded
+initialisation of a config (a fresh, untrained model). Every function loads its own fresh
+model (`lab.analysis.load_model`), so nothing here touches a model a job is training.
+Intermediate values of the first layer are read with forward hooks on that private instance,
+so they are exactly what the model computes (tests compare them with `lab.analysis.attention`).
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import Iterator, Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lab.analysis import ProbeInput, attention, load_model, param_formula, parse_probe, positional_view, sampled_probe
+from lab.config import RunConfig
+from lab.model import Transformer
+from lab.positional import sinusoidal_table
+from lab.tasks import Batch, get_task
+
+LN_MIN_LAYERS = 6  # the pre/post-LN exercise uses at least this many layers, so a trend can show
+LN_BATCH = 16
+
+
+@dataclass(frozen=True, eq=False)
+class Subject:
+    cfg: RunConfig
+    weights: Optional[dict[str, Tensor]]  # trained weights; None = the config's seeded initialisation
+    source: str  # one line for the page: which model the pictures show
+
+    @property
+    def trained(self) -> bool:
+        return self.weights is not None
+
+    def model(self) -> Transformer:
+        return load_model(self.cfg, self.weights)
+
+    def probe(self, text: str = "") -> ProbeInput:
+        """The typed input (ConfigError("probe", ...) if invalid), else the run's fixed probe."""
+        return parse_probe(self.cfg, text) if text and text.strip() else sampled_probe(self.cfg)
+
+
+def default_subject() -> Subject:
+    cfg = RunConfig()
+    m = cfg.model
+    return Subject(cfg, None, f"a fresh, untrained model built from the default config ({cfg.task.name}, {m.arch}, "
+                              f"{m.pos} positions, {m.norm}-LN, {m.n_layers} layers, {m.n_heads} heads, "
+                              f"d_model {m.d_model})")
+
+
+def train_len(cfg: RunConfig) -> int:
+    """Longest sequence (decoder input or encoder input) the run trains on."""
+    task = get_task(cfg.task.name)
+    batch = task.batch(cfg.task, cfg.model.arch, 1, torch.Generator().manual_seed(0),
+                       max(task.lengths(cfg.task, "train")), "train")
+    return max(batch.inp.shape[1], batch.src.shape[1] if batch.src is not None else 0)
+
+
+@contextmanager
+def captured(modules: dict[str, torch.nn.Module]) -> Iterator[dict[str, tuple[Tensor, Tensor]]]:
+    """name -> (input, output) of each module's forward calls, recorded while the block runs."""
+    seen: dict[str, tuple[Tensor, Tensor]] = {}
+
+    def hook(name: str):
+        def record(mod: torch.nn.Module, args: tuple, out) -> None:
+            out = out[0] if isinstance(out, tuple) else out  # a Block returns (x, patterns)
+            seen[name] = (args[0].detach(), out.detach())
+        return record
+
+    handles = [m.register_forward_hook(hook(n)) for n, m in modules.items()]
+    try:
+        yield seen
+    finally:
+        for h in handles:
+            h.remove()
+
+
+# ---- embedding -------------------------------------------------------------------------
+def embedding_table(subject: Subject) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """(E (V, d), one label per token id, cosine similarity between rows (V, V)); the token embedding of
+    Vaswani et al. 2017, sec. 3.4 (not tied to the output head here)."""
+    tc = subject.cfg.task
+    task = get_task(tc.name)
+    table = subject.model().tok_emb.weight.detach().double().numpy()
+    unit = table / np.maximum(np.linalg.norm(table, axis=1, keepdims=True), 1e-12)
+    return table, [task.label(tc, t) for t in range(table.shape[0])], unit @ unit.T
+
+
+# ---- positions beyond the training length ------------------------------------------------
+@dataclass(frozen=True)
+class PositionsBeyond:
+    train_len: int  # positions 0..train_len-1 are reached by training sequences
+    n_ctx: int
+    sin_next: Optional[np.ndarray]  # (n-1,) cos(p_t, p_t+1) for the sinusoidal table, past n_ctx; None: odd d
+    learned_next: np.ndarray  # (n_ctx-1,) the same for a learned table
+    learned_moved: np.ndarray  # (n_ctx,) |p_t(trained) - p_t(init)| of the learned table
+    learned_source: str  # whose learned table it is
+
+
+def _next_similarity(table: np.ndarray) -> np.ndarray:
+    unit = table / np.maximum(np.linalg.norm(table, axis=1, keepdims=True), 1e-12)
+    return (unit[:-1] * unit[1:]).sum(1)
+
+
+def positions_beyond(subject: Subject) -> PositionsBeyond:
+    """Sinusoidal (Vaswani et al. 2017, sec. 3.5) against learned positions (GPT-2, Radford et al. 2019)
+    past the training length: a learned row only moves where training sequences reach it."""
+    cfg = subject.cfg
+    n_ctx, d = cfg.model.n_ctx, cfg.model.d_model
+    sin = None if d % 2 else _next_similarity(sinusoidal_table(n_ctx + max(8, n_ctx // 4), d).double().numpy())
+    if cfg.model.pos == "learned":
+        init = positional_view(cfg, None, n_ctx).table
+        now = positional_view(cfg, subject.weights, n_ctx).table if subject.trained else init
+        source = "this run's table" + ("" if subject.trained else " (untrained)")
+    else:
+        cfg = replace(cfg, model=replace(cfg.model, pos="learned"))
+        init = now = positional_view(cfg, None, n_ctx).table
+        source = f"an untrained learned table of the same size (this run uses {subject.cfg.model.pos})"
+    return PositionsBeyond(train_len(subject.cfg), n_ctx, sin, _next_similarity(now),
+                           np.linalg.norm(now - init, axis=1), source)
+
+
+# ---- first-layer self-attention ----------------------------------------------------------
+@dataclass(frozen=True)
+class AttentionParts:
+    """Layer 0 of the decoder's self-attention for one input, step by step: scaled dot-product
+    attention with the causal mask (Vaswani et al. 2017, sec. 3.2.1 and 3.2.3)."""
+    labels: list[str]  # decoder input tokens
+    h: np.ndarray  # (T, d) the sublayer's input (after its LN for pre-LN)
+    q: np.ndarray  # (H, T, d_k), after RoPE's rotation where used
+    k: np.ndarray  # (H, T, d_k)
+    v: np.ndarray  # (H, T, d_k)
+    raw: np.ndarray  # (H, T, T) q.k (+ ALiBi's bias), before scaling and masking
+    scores: np.ndarray  # (H, T, T) q.k / sqrt(d_k) (+ ALiBi's bias), before the mask
+    future: np.ndarray  # (T, T) True where the causal mask hides key j from query i
+    pattern: np.ndarray  # (H, T, T) softmax of the masked scores: the model's attention
+    unscaled: np.ndarray  # (H, T, T) softmax of the masked, unscaled scores (the scaling removed)
+
+
+def first_layer_attention(subject: Subject, probe: ProbeInput) -> AttentionParts:
+    model, b = subject.model(), probe.batch
+    attn = model.decoder[0].self_attn
+    with torch.no_grad(), captured({"in": attn.in_proj}) as seen:
+        model(b.inp, b.src)
+    h, qkv = seen["in"]  # (1, T, d), (1, T, 3d)
+    T, d, H = h.shape[1], h.shape[2], attn.n_heads
+    q, k, v = (t.view(1, T, H, attn.d_head).transpose(1, 2) for t in qkv.split(d, dim=2))  # (1, H, T, dk)
+    q, k = model.pos.rotate(q, k)
+    raw = q @ k.transpose(-2, -1)  # (1, H, T, T)
+    bias = model.pos.attn_bias(T, T, False, h.device)  # (H, T, T) or None
+    bias = 0.0 if bias is None else bias
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    scores = raw / math.sqrt(attn.d_head) + bias
+    pattern = scores.masked_fill(future, float("-inf")).softmax(-1)
+    unscaled = (raw + bias).masked_fill(future, float("-inf")).softmax(-1)
+    np_ = lambda t: t[0].double().numpy()  # noqa: E731  drop the batch dim
+    return AttentionParts(probe.dec_labels, np_(h), np_(q), np_(k), np_(v), np_(raw + bias), np_(scores),
+                          future.numpy(), np_(pattern), np_(unscaled))
+
+
+def dot_product_spread(d_ks: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+                       n: int = 4096, seed: int = 0) -> dict[str, np.ndarray]:
+    """Standard deviation of q.k and of q.k/sqrt(d_k) for q, k with independent N(0, 1) entries: the
+    argument for the scaling (Vaswani et al. 2017, sec. 3.2.1, footnote 4)."""
+    gen = torch.Generator().manual_seed(seed)
+    raw, scaled = [], []
+    for dk in d_ks:
+        q, k = torch.randn(n, dk, generator=gen, dtype=torch.float64), torch.randn(n, dk, generator=gen,
+                                                                                    dtype=torch.float64)
+        dots = (q * k).sum(1)
+        raw.append(float(dots.std()))
+        scaled.append(float((dots / math.sqrt(dk)).std()))
+    return {"d_k": np.array(d_ks), "unscaled": np.array(raw), "scaled": np.array(scaled)}
+
+
+# ---- what leaks without the causal mask ------------------------------------------------------
+@dataclass(frozen=True)
+class Leak:
+    changed: int  # the decoder input position whose token was changed
+    masked: np.ndarray  # (T,) largest |change| of the logits at each position, with the mask
+    unmasked: np.ndarray  # (T,) the same with the decoder's causal mask removed
+
+
+@torch.no_grad()
+def causal_leak(subject: Subject, probe: ProbeInput, position: Optional[int] = None) -> Leak:
+    """Change one decoder token; see which positions' logits move, with and without the causal mask
+    (Vaswani et al. 2017, sec. 3.2.3: masking keeps the model auto-regressive)."""
+    model, b = subject.model(), probe.batch
+    t = b.inp.shape[1] // 2 if position is None else position
+    other = b.inp.clone()
+    other[0, t] = (other[0, t] + 1) % model.vocab_size  # (1, T): a different token at t
+
+    def change() -> np.ndarray:
+        a, c = model(b.inp, b.src).logits, model(other, b.src).logits  # (1, T, vocab)
+        return (a - c).abs().amax(-1)[0].double().numpy()
+
+    masked = change()
+    for block in model.decoder:  # this private copy only: every decoder block sees the future
+        block.causal = False
+    return Leak(t, masked, change())
+
+
+# ---- pre-LN vs post-LN at initialisation ---------------------------------------------------
+@dataclass(frozen=True)
+class NormPlacement:
+    n_layers: int
+    grad: dict[tuple[str, str], np.ndarray]  # (init "xavier"/"lab", norm "pre"/"post") -> (L,) grad norms
+    stream: dict[tuple[str, str], np.ndarray]  # (init, norm) -> (L + 1,) RMS of the residual stream
+    # entering each decoder layer, then leaving the last
+
+
+def norm_placement(cfg: RunConfig) -> NormPlacement:
+    """Gradient norm of each decoder layer's weight matrices after one backward pass at init, and the
+    residual stream's size, for pre-LN and post-LN models that differ only in the norm placement
+    (Xiong et al. 2020, "On Layer Normalization in the Transformer Architecture", sec. 3)."""
+    from lab.trainer import build_model  # the trainer owns seeded initialisation
+
+    n_layers = max(cfg.model.n_layers, LN_MIN_LAYERS)
+    task = get_task(cfg.task.name)
+    batch = task.batch(cfg.task, cfg.model.arch, LN_BATCH, torch.Generator().manual_seed(cfg.train.seed))
+    grad: dict[tuple[str, str], np.ndarray] = {}
+    stream: dict[tuple[str, str], np.ndarray] = {}
+    for init in ("xavier", "lab"):
+        for norm in ("pre", "post"):
+            model = build_model(replace(cfg, model=replace(cfg.model, norm=norm, n_layers=n_layers))).eval()
+            if init == "xavier":  # the same weights for both placements: one generator, one order
+                gen = torch.Generator().manual_seed(cfg.train.seed)
+                for mod in model.modules():
+                    if isinstance(mod, torch.nn.Linear):
+                        torch.nn.init.xavier_uniform_(mod.weight, generator=gen)
+            grad[(init, norm)], stream[(init, norm)] = _layer_grads(model, batch)
+    return NormPlacement(n_layers, grad, stream)
+
+
+def _layer_grads(model: Transformer, b: Batch) -> tuple[np.ndarray, np.ndarray]:
+    blocks = {str(i): blk for i, blk in enumerate(model.decoder)}
+    with captured(blocks) as seen:
+        model(b.inp, b.src, targets=b.tgt).loss.backward()
+    rms = [float(seen["0"][0].pow(2).mean().sqrt())]
+    rms += [float(seen[str(i)][1].pow(2).mean().sqrt()) for i in range(len(blocks))]
+    norms = [math.sqrt(sum(float(p.grad.pow(2).sum()) for p in blk.parameters() if p.dim() == 2 and p.grad is not None))
+             for blk in model.decoder]
+    return np.array(norms), np.array(rms)
+
+
+# ---- feed-forward ------------------------------------------------------------------------
+@torch.no_grad()
+def ff_units(subject: Subject, probe: ProbeInput) -> Optional[tuple[np.ndarray, np.ndarray]]:
+    """(inputs W1 x + b1, outputs phi(.)) of the first decoder layer's hidden units, each (T, d_ff);
+    None for attention-only models (d_ff = 0)."""
+    model, b = subject.model(), probe.batch
+    ff = model.decoder[0].ff
+    if ff is None:
+        return None
+    with captured({"fc1": ff.fc1}) as seen:
+        model(b.inp, b.src)
+    z = seen["fc1"][1][0]  # (T, d_ff)
+    return z.double().numpy(), ff.act(z).double().numpy()
+
+
+# ---- heads, cross-attention, output ------------------------------------------------------
+def patterns(subject: Subject, probe: ProbeInput) -> dict[str, np.ndarray]:
+    """kind -> (n_layers, n_heads, Tq, Tk), as the Inspect tab computes them."""
+    return attention(subject.model(), probe.batch)
+
+
+def as_encoder_decoder(subject: Subject) -> Subject:
+    """The subject itself if it is an encoder-decoder; else an untrained one of the same shape and task
+    (ConfigError if the task needs a decoder-only model)."""
+    if subject.cfg.model.arch == "encoder-decoder":
+        return subject
+    cfg = replace(subject.cfg, model=replace(subject.cfg.model, arch="encoder-decoder"))
+    return Subject(cfg, None, "an untrained encoder-decoder of the same shape and task (the selected model "
+                              "is decoder-only)")
+
+
+@torch.no_grad()
+def next_token_probs(subject: Subject, probe: ProbeInput) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """(probabilities (T, V), symbol labels, target id per position or -100 where not scored)."""
+    b = probe.batch
+    probs = subject.model()(b.inp, b.src).logits[0].softmax(-1).double().numpy()
+    tc = subject.cfg.task
+    labels = [get_task(tc.name).label(tc, t) for t in range(probs.shape[1])]
+    return probs, labels, b.tgt[0].numpy()
+
+
+def params_by_layers(cfg: RunConfig, max_layers: int = 12) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """(layer counts 1..max, component -> count at each), from the closed form in lab.analysis."""
+    vocab = get_task(cfg.task.name).vocab_size(cfg.task)
+    layers = np.arange(1, max(max_layers, cfg.model.n_layers) + 1)
+    rows = [param_formula(replace(cfg.model, n_layers=int(n)), vocab) for n in layers]
+    return layers, {c: np.array([r[c] for r in rows]) for c in rows[0]}

@@ -1,0 +1,177 @@
+"""The ablation grid and a preset in Debian's headless Chromium, against the real app and real training.
+
+Grid: from the Train tab set a tiny config, open the grid, choose PE x norm x 2 seeds (8 runs), check
+the count and estimate shown, launch, and see Compare open on the 8 runs, grouped: a band figure and a
+table of 4 groups (2 seeds each) once they finish. Preset: "Hello, sort" at full size opens Compare on
+its run, and its explanation appears (in Compare and in the Presets tab, also after a reload).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+
+import pytest
+
+from tests.conftest import launch_app
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, LEGEND, LINES_DRAWN, VIEWPORT, WATCH_ERRORS, choose
+
+pytestmark = pytest.mark.slow
+WAIT_MS = 150_000  # a shared 2-core host
+CRASHES: list[str] = []
+GROUPS = ["rope pre-LN (2 seeds)", "rope post-LN (2 seeds)", "alibi pre-LN (2 seeds)", "alibi post-LN (2 seeds)"]
+
+
+@pytest.fixture(scope="module")
+def app_server(tmp_path_factory):
+    with launch_app(tmp_path_factory.mktemp("browser-grid")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def page(app_server):
+    from playwright.sync_api import sync_playwright
+
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"the browser test needs Chromium at {CHROMIUM}: apt-get install chromium")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport=VIEWPORT)
+        context.set_default_timeout(WAIT_MS)
+        page = context.new_page()
+        page.add_init_script(WATCH_ERRORS)
+        page.on("pageerror", lambda exc: CRASHES.append(str(exc)))
+        page.goto(app_server.url)
+        page.wait_for_selector("#start-btn")
+        yield page
+        browser.close()
+
+
+def assert_no_errors(page) -> None:
+    shown = page.evaluate("window.__labErrors")
+    assert not shown, f"error toasts: {shown}"
+    assert not CRASHES, f"uncaught page errors: {CRASHES}"
+    assert "Traceback" not in page.locator("body").inner_text()
+
+
+def fill(page, sel: str, text: str) -> None:
+    box = page.locator(f"{sel} input, {sel} textarea").first
+    box.fill(text)
+    box.press("Tab")
+
+
+def wait_finished(app, run_ids: list[str]) -> None:
+    deadline = time.monotonic() + WAIT_MS / 1000
+    for r in run_ids:
+        status = app.runs_dir / r / "status.json"
+        while json.loads(status.read_text()).get("state") in ("queued", "running"):
+            assert time.monotonic() < deadline, f"run {r} did not finish in {WAIT_MS / 1000:.0f} s"
+            time.sleep(0.25)
+        assert json.loads(status.read_text())["state"] == "completed"
+
+
+def picked(page) -> list[str]:
+    """The run ids selected in Compare (the picker shows labels ending in the id's last 6 characters)."""
+    return page.locator("#compare-pick .token").all_inner_texts()
+
+
+def assert_tab_headers_unique(page) -> None:
+    """Each tab header once (a stray component directly in gr.Tabs made headers repeat: "Presets" twice)."""
+    labels = page.evaluate("() => [...document.querySelectorAll('#tabs [role=tab]')].map(t => t.innerText)")
+    assert len(labels) == len(set(labels)) and {"Train", "Presets", "Compare"} <= set(labels), labels
+
+
+def plot_image_drawn(page, sel: str) -> None:
+    page.wait_for_function(f"() => {{ const i = document.querySelector('{sel} img'); "
+                           "return i && i.complete && i.naturalWidth > 300; }", timeout=WAIT_MS, polling=250)
+
+
+def test_grid_of_8_runs_opens_compare_grouped(page, app_server):
+    from playwright.sync_api import expect
+
+    fill(page, "#steps", "60")  # a tiny config: 60 steps of the default model
+    page.locator("#grid").get_by_text("Ablation grid").first.click()
+    choose(page, "#grid-axis-1", "PE")
+    fill(page, "#grid-values-1", "rope, alibi")
+    choose(page, "#grid-axis-2", "norm")
+    fill(page, "#grid-values-2", "pre, post")
+    choose(page, "#grid-axis-3", "seed")
+    fill(page, "#grid-values-3", "1, 2")
+    preview = page.locator("#grid-preview")
+    expect(preview).to_contain_text("8 runs", timeout=WAIT_MS)
+    text = preview.inner_text()
+    est = re.search(r"about ([\d.]+) (s|min) with 2 running at a time \(([\d.]+) (s|min) of training in all\)", text)
+    assert est, text
+    wall, total = (float(est.group(i)) * (60 if est.group(i + 1) == "min" else 1) for i in (1, 3))
+    assert 0 < wall <= total and "FLOPs" in text
+
+    before = app_server.run_folders()
+    t0 = time.monotonic()
+    page.locator("#grid-launch").click()
+    expect(page.get_by_role("tab", name="Compare")).to_have_attribute("aria-selected", "true", timeout=WAIT_MS)
+    page.wait_for_function("() => document.querySelectorAll('#compare-pick .token').length == 8", timeout=WAIT_MS)
+    assert_tab_headers_unique(page)
+    new = sorted(app_server.run_folders() - before)
+    assert len(new) == 8
+    names = {json.loads((app_server.runs_dir / r / "config.json").read_text())["name"] for r in new}
+    assert names == {f"pos={p} norm={n} seed={s}" for p in ("rope", "alibi") for n in ("pre", "post") for s in (1, 2)}
+    assert {t[-7:-1] for t in picked(page)} == {r[-6:] for r in new}
+    wait_finished(app_server, new)
+    took = time.monotonic() - t0
+
+    groups = page.locator("#compare-groups")
+    for g in GROUPS:  # the grouped table: 4 groups of 2 seeds, all finished
+        expect(groups).to_contain_text(g, timeout=WAIT_MS)
+    # 4 rows (not the header) of runs 2, seeds "1, 2", finished 2; the timer refreshes it within 2 s
+    done = groups.get_by_role("row").filter(has_text=re.compile(r"\(2 seeds\)\s+2\s+1, 2\s+2\s"))
+    expect(done).to_have_count(4, timeout=WAIT_MS)
+    expect(groups.get_by_role("row")).to_have_count(5)
+    plot_image_drawn(page, "#compare-bands")  # the mean curves with their min-max bands
+    page.wait_for_function(f"(args) => ({LINES_DRAWN})(args) >= 8", arg=["#compare-curves", 30],
+                           timeout=WAIT_MS, polling=250)  # the per-run view stays
+    legend = page.evaluate(LEGEND, "#compare-curves")
+    assert len(legend) == 8 and all(len(t) <= 25 and not t.endswith("…") for t in legend), legend
+    assert_no_errors(page)
+    print(f"\ngrid: estimate {wall} s (wall, 2 at a time), {total} s in all; 8 runs finished {took:.0f} s after launch")
+    page.locator("#compare-bands").evaluate("e => e.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(500)
+    page.screenshot(path=str(app_server.runs_dir.parent / "grid-compare.png"))
+
+
+def test_a_preset_opens_compare_and_explains_its_result(page, app_server):
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Presets").click()
+    card = page.locator("#preset-card-hello_sort")
+    expect(card).to_contain_text("Predict before you click")
+    expect(card).to_contain_text("on a 2-core CPU")
+    before = app_server.run_folders()
+    t0 = time.monotonic()
+    page.locator("#preset-hello_sort").click()
+    expect(page.get_by_role("tab", name="Compare")).to_have_attribute("aria-selected", "true", timeout=WAIT_MS)
+    page.wait_for_function("() => document.querySelectorAll('#compare-pick .token').length == 1", timeout=WAIT_MS)
+    assert_tab_headers_unique(page)
+    new = sorted(app_server.run_folders() - before)
+    assert len(new) == 1 and picked(page)[0].startswith("sort (") and new[0][-6:] in picked(page)[0]
+    assert page.locator("#compare-metric input").input_value() == "exact-match (training lengths)"
+    note = page.locator("#compare-note")
+    expect(note).to_contain_text("Hello, sort", timeout=WAIT_MS)
+    wait_finished(app_server, new)
+    expect(note).to_contain_text("1 of 1 runs done.", timeout=WAIT_MS)
+    expect(note).to_contain_text(re.compile(r"Solved: every held-out sequence came back sorted|Not solved"))
+    took = time.monotonic() - t0
+    explanation = note.inner_text()
+    assert "exact-match" in explanation
+    # the new run's curve, in the colours of the new selection (not the grid's: see ui/presets.py opening)
+    page.wait_for_function(f"(args) => ({LINES_DRAWN})(args) >= 1", arg=["#compare-curves", 10],
+                           timeout=WAIT_MS, polling=250)
+    assert page.evaluate(LEGEND, "#compare-curves") == picked(page)
+    assert_no_errors(page)
+
+    page.reload()  # the browser remembers the last preset
+    page.wait_for_selector("#start-btn")
+    page.get_by_role("tab", name="Presets").click()
+    expect(page.locator("#preset-status")).to_contain_text("1 of 1 runs done.", timeout=WAIT_MS)
+    assert explanation.split(". ", 1)[1][:60] in page.locator("#preset-status").inner_text()
+    print(f"\npreset 'Hello, sort': finished and explained {took:.0f} s after the click")

@@ -1,0 +1,231 @@
+"""Ablation grids (lab/grid.py): configs, names, refusals, the cap, the time estimate; grouping of
+seed repeats into mean/min/max bands on tiny real stored runs; Compare's labels and the parameter
+figure's legend (both fixed with the grid work)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+from lab.analysis import param_breakdown
+from lab.config import RunConfig, flatten
+from lab.grid import (AXES, MAX_RUNS, GridError, band, build_grid, estimate, group_runs, has_repeats, load_factor,
+                      parse_values,
+                      run_seconds, varied_columns)
+from lab.jobs import JobManager, execute_run
+from lab.plots import bands_figure, params_figure, to_png
+from lab.runs import RunStore
+from ui.common import AppContext, short_label
+from ui.compare import compare_frames, group_frames, run_labels
+from ui.knobs import config_from_values
+
+BASE = config_from_values({"task.name": "copy", "task.max_len": 4, "model.d_model": 16, "model.n_heads": 2,
+                           "model.n_layers": 1, "model.d_ff": 32, "train.steps": 12, "train.batch_size": 8})
+
+
+def tiny_steps(cfg: RunConfig, steps: int) -> RunConfig:
+    return replace(cfg, train=replace(cfg.train, steps=steps, eval_every=4, eval_samples=16, snapshots=0))
+
+
+# ---- building a grid ----------------------------------------------------------------------------
+def test_two_axes_and_seeds_make_every_combination_named_by_its_values():
+    cfgs = build_grid(BASE, [("PE", "rope, alibi"), ("norm", ["pre", "post"]), ("seed", "1 2")])
+    assert len(cfgs) == 8
+    assert [c.name for c in cfgs[:3]] == ["pos=rope norm=pre seed=1", "pos=rope norm=pre seed=2",
+                                          "pos=rope norm=post seed=1"]
+    assert len({c.name for c in cfgs}) == 8
+    for c in cfgs:
+        values = dict(part.split("=") for part in c.name.split())
+        assert (c.model.pos, c.model.norm, str(c.train.seed)) == (values["pos"], values["norm"], values["seed"])
+        # everything else is the base config
+        assert replace(c, name="", model=replace(c.model, pos=BASE.model.pos, norm=BASE.model.norm),
+                       train=replace(c.train, seed=BASE.train.seed)) == BASE
+
+
+@pytest.mark.parametrize("axis", list(AXES))
+def test_every_axis_sets_its_field(axis):
+    values = {"PE": "sinusoidal, none", "norm": "post, none", "heads": "1, 4", "layers": "1, 3",
+              "d_model": "16, 32", "seed": "0, 5"}[axis]
+    cfgs = build_grid(BASE, [(axis, values)])
+    sec, name = AXES[axis].field.split(".")
+    got = [getattr(getattr(c, sec), name) for c in cfgs]
+    assert [str(v) for v in got] == [v.strip() for v in values.split(",")]
+
+
+@pytest.mark.parametrize(("axes", "field", "words"), [
+    ([("PE", "rope, rop")], "grid.PE", ["'rop'", "sinusoidal, learned, rope, alibi, none"]),
+    ([("norm", "pre, sideways")], "grid.norm", ["'sideways'", "pre, post, none"]),
+    ([("heads", "3")], "grid.heads", ["heads=3", "model.d_model", "not divisible"]),
+    ([("PE", "rope"), ("heads", "2, 16")], "grid", ["pos=rope heads=16", "'rope' needs an even head dimension"]),
+    ([("layers", "0, 1")], "grid.layers", ["0 is out of range"]),
+    ([("layers", "1, two")], "grid.layers", ["'two' is not an integer"]),
+    ([("seed", "1, 1")], "grid.seed", ["listed twice"]),
+    ([("seed", "")], "grid.seed", ["no values"]),
+    ([("PE", "rope"), ("PE", "alibi")], "grid.PE", ["chosen twice"]),
+    ([("width", "1")], "grid.axis", ["'width'", "PE, norm, heads, layers, d_model, seed"]),
+    ([], "grid", ["at least one axis"]),
+    ([("PE", "rope"), ("norm", "pre"), ("seed", "1"), ("layers", "1")], "grid", ["4 axes", "1 to 3"]),
+])
+def test_invalid_grids_are_refused_naming_axis_and_value(axes, field, words):
+    with pytest.raises(GridError) as err:
+        build_grid(BASE, axes)
+    assert err.value.field == field and str(err.value).startswith(field + ": ")
+    for w in words:
+        assert w in str(err.value), str(err.value)
+
+
+def test_the_cap_on_runs():
+    assert len(build_grid(BASE, [("seed", list(range(16))), ("norm", "pre post")])) == MAX_RUNS == 32
+    with pytest.raises(GridError, match=r"^grid: 11 x 3 = 33 runs is over the cap of 32"):
+        build_grid(BASE, [("seed", list(range(11))), ("norm", "pre post none")])
+
+
+def test_parse_values_keeps_order_and_types():
+    assert parse_values("seed", "3, 1  2") == (3, 1, 2)
+    assert parse_values("PE", ["alibi", " rope "]) == ("alibi", "rope")
+    assert parse_values("seed", "0") == (0,)  # seeds may be 0; other integer axes start at 1
+    with pytest.raises(GridError, match="heads.*out of range"):
+        parse_values("heads", "0")
+
+
+# ---- the time estimate --------------------------------------------------------------------------
+def _with(cfg: RunConfig, **model) -> RunConfig:
+    return replace(cfg, model=replace(cfg.model, **model))
+
+
+def test_estimate_grows_with_steps_and_size():
+    short, long = (replace(BASE, train=replace(BASE.train, steps=s)) for s in (200, 400))
+    assert run_seconds(long) > 1.8 * run_seconds(short)
+    widths = [run_seconds(_with(BASE, d_model=d, d_ff=4 * d)) for d in (16, 64, 256)]
+    depths = [run_seconds(_with(BASE, n_layers=n)) for n in (1, 2, 4)]
+    batches = [run_seconds(replace(BASE, train=replace(BASE.train, batch_size=b))) for b in (8, 64, 256)]
+    for seq in (widths, depths, batches):
+        assert seq == sorted(seq) and seq[0] < seq[-1], seq
+
+
+def test_estimate_shares_workers_like_the_job_manager():
+    cfgs = build_grid(BASE, [("layers", "1, 2, 3, 4")])
+    one, two, many = (estimate(cfgs, w) for w in (1, 2, 8))
+    assert one.wall_s == pytest.approx(sum(one.run_s))
+    assert max(one.run_s) <= two.wall_s < one.wall_s
+    assert many.wall_s == pytest.approx(max(one.run_s))
+    text = two.text(2)
+    assert "**4 runs**" in text and "2 running at a time" in text and "FLOPs" in text and "±40%" in text
+
+
+# ---- grouping seed repeats ----------------------------------------------------------------------
+def test_group_runs_by_everything_but_the_seed():
+    cfgs = build_grid(BASE, [("PE", "rope, alibi"), ("seed", "1, 2, 3")])
+    flat = {f"r{i}": flatten(c) for i, c in enumerate(cfgs)}
+    assert varied_columns(flat) == ["model.pos", "train.seed"]  # the name differs too but never counts
+    groups = group_runs(flat)
+    assert list(groups) == [(("model.pos", "rope"),), (("model.pos", "alibi"),)]
+    assert groups[(("model.pos", "rope"),)] == ["r0", "r1", "r2"] and has_repeats(flat)
+    assert not has_repeats({k: v for k, v in flat.items() if k in ("r0", "r3")})
+
+
+def test_band_is_mean_min_max_over_the_steps_every_run_reached():
+    a = pd.DataFrame({"step": [1, 2, 3], "x": [1, 2, 3], "value": [3.0, 2.0, 1.0]})
+    b = pd.DataFrame({"step": [1, 2], "x": [1, 2], "value": [5.0, 0.0]})  # still running: no step 3 yet
+    out = band([a, b])
+    assert list(out["step"]) == [1, 2] and list(out["mean"]) == [4.0, 1.0]
+    assert list(out["lo"]) == [3.0, 0.0] and list(out["hi"]) == [5.0, 2.0] and set(out["n"]) == {2}
+    assert band([a, b.iloc[:0]]).empty
+
+
+@pytest.fixture(scope="module")
+def grid_store(tmp_path_factory):
+    """2 PEs x 2 seeds of a tiny model, really trained (about a second each)."""
+    store = RunStore(tmp_path_factory.mktemp("grid") / "runs")
+    cfgs = build_grid(tiny_steps(BASE, 12), [("PE", "rope, alibi"), ("seed", "1, 2")])
+    ids = [store.create(c) for c in cfgs]
+    for r in ids:
+        execute_run(store, r, threads=1)
+    return AppContext(store=store, jobs=JobManager(store, max_concurrent=1)), ids
+
+
+def test_group_frames_on_real_runs(grid_store):
+    ctx, ids = grid_store
+    bands, table = group_frames(ctx, ids, "eval loss", "step", 0.0)
+    assert list(table["group"]) == ["rope (2 seeds)", "alibi (2 seeds)"]
+    assert list(table["runs"]) == [2, 2] and list(table["seeds"]) == ["1, 2", "1, 2"]
+    assert list(table["finished"]) == [2, 2]
+    for group, members in zip(table["group"], (ids[:2], ids[2:])):
+        got = bands[bands["group"] == group].set_index("step")
+        evals = [ctx.store.metrics(r).query("kind == 'eval'").set_index("step")["loss"] for r in members]
+        both = pd.concat(evals, axis=1)
+        assert list(got.index) == [4, 8, 12]
+        np.testing.assert_allclose(got["mean"], both.mean(axis=1))
+        np.testing.assert_allclose(got["lo"], both.min(axis=1))
+        np.testing.assert_allclose(got["hi"], both.max(axis=1))
+        finals = [ctx.store.summary(r)["eval"]["exact_match"] for r in members]
+        assert table.set_index("group").loc[group, "exact-match"] == (
+            f"{np.mean(finals):.3f} [{min(finals):.3f}, {max(finals):.3f}]")
+    # time on the x-axis: runs differ in time, so x is their mean at each step
+    tb, _ = group_frames(ctx, ids[:2], "train loss", "time (s)", 0.0)
+    times = [ctx.store.metrics(r).query("kind == 'train'").set_index("step")["elapsed_s"] for r in ids[:2]]
+    np.testing.assert_allclose(tb["x"], pd.concat(times, axis=1, join="inner").mean(axis=1))
+
+
+def test_compare_labels_lead_with_what_differs(grid_store):
+    ctx, ids = grid_store
+    labels = run_labels(ctx, ids)
+    assert [labels[r] for r in ids] == [f"{pe} s{s} ({r[-6:]})" for (pe, s), r in
+                                       zip([("rope", 1), ("rope", 2), ("alibi", 1), ("alibi", 2)], ids)]
+    assert all(len(v) <= 25 for v in labels.values())  # vega cuts legend labels at ~160 px
+    curves, *_ = compare_frames(ctx, ids, "eval loss", "step", 0.0, True)
+    assert set(curves["run"]) == set(labels.values())
+    one = run_labels(ctx, ids[:1])[ids[0]]  # alone: its name, then the id's tail
+    assert one == f"pos=rope seed=1 ({ids[0][-6:]})"
+    row = {"run_id": "x-abcdef", **flatten(RunConfig())}
+    assert short_label(row) == "learned pre-LN L2 s0 reverse (abcdef)"
+
+
+def test_params_legend_stays_inside_the_figure():
+    cfg = RunConfig()
+    long = {f"reverse dec sinusoidal pre-LN L2 s0 with a long name ({i:06d})": param_breakdown(cfg) for i in range(3)}
+    fig = params_figure(long)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()  # lays the figure out, as saving it does
+    legend = fig.axes[0].get_legend().get_window_extent(canvas.get_renderer())
+    width, height = fig.bbox.width, fig.bbox.height
+    assert 0 <= legend.x0 and legend.x1 <= width and legend.y1 <= height, (legend, width, height)
+
+
+def test_estimate_counts_a_batched_group_as_one_job():
+    cfgs = build_grid(BASE, [("PE", "rope, alibi"), ("seed", "1, 2")])
+    by_pe = estimate(cfgs, 2, batch_key=lambda c: c.model.pos)  # two jobs of two runs each
+    assert by_pe.wall_s == pytest.approx(2 * max(by_pe.run_s))
+    one_job = estimate(cfgs, 2, batch_key=lambda c: "all")
+    assert one_job.wall_s == pytest.approx(sum(one_job.run_s))
+
+
+def test_load_factor_scales_the_estimate_by_how_fast_runs_really_went():
+    cfgs = build_grid(BASE, [("PE", "rope, alibi"), ("seed", "1, 2")])
+    est = [run_seconds(c) for c in cfgs]
+    assert load_factor([]) == (1.0, 0)
+    assert load_factor([(c, 3 * t) for c, t in zip(cfgs, est)]) == (pytest.approx(3.0), 4)
+    # batched: the two seeds of a PE share one job's wall time, estimated as the sum of both runs
+    batched = [(c, 2 * (est[0] + est[1]) if c.model.pos == "rope" else 4 * (est[2] + est[3])) for c in cfgs]
+    assert load_factor(batched, batch_key=lambda c: c.model.pos) == (pytest.approx(3.0), 2)
+    plain, slow = estimate(cfgs, 2), estimate(cfgs, 2, scale=(2.5, 7))
+    assert slow.wall_s == pytest.approx(2.5 * plain.wall_s) and slow.run_s == pytest.approx([2.5 * t for t in est])
+    assert "times 2.5" in slow.text(2) and "last 7 finished jobs" in slow.text(2)
+    assert "busy server is slower" in plain.text(2)
+
+
+def test_bands_figure_draws_a_mean_line_and_a_band_per_group():
+    df = pd.DataFrame({"group": ["a"] * 3 + ["b"] * 3, "x": [1, 2, 3] * 2, "mean": [3.0, 2.0, 1.0, 2.0, 1.5, 1.0],
+                       "lo": [2.5, 1.5, 0.5, 1.8, 1.2, 0.9], "hi": [3.5, 2.5, 1.5, 2.2, 1.8, 1.1]})
+    fig = bands_figure(df, "step", "eval loss")
+    ax = fig.axes[0]
+    assert len(ax.lines) == 2 and len(ax.collections) == 2  # 2 mean lines, 2 fill_between bands
+    np.testing.assert_array_equal(ax.lines[1].get_ydata(), [2.0, 1.5, 1.0])
+    band_path = ax.collections[0].get_paths()[0].vertices
+    assert band_path[:, 1].min() == 0.5 and band_path[:, 1].max() == 3.5
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
+    empty = bands_figure(df.iloc[:0], "step", "eval loss")
+    assert "No points yet" in empty.axes[0].texts[0].get_text() and to_png(empty).startswith(b"\x89PNG")

@@ -1,0 +1,147 @@
+"""Presets and the ablation grid in the app, in-process (no server): a preset's button submits exactly
+the preset's configs and opens Compare on them; its progress line and explanation follow the stored
+runs; the grid's Launch submits exactly the grid's configs, or nothing when one is invalid.
+
+Training is a fake (tests/test_jobs.py's FakeTrainer), so these stay fast; tests/test_browser_grid.py
+runs the real thing in a browser.
+"""
+from __future__ import annotations
+
+import threading
+
+import gradio as gr
+import pytest
+
+import app
+from lab.grid import build_grid
+from lab.jobs import JobManager
+from lab.presets import PRESETS
+from lab.runs import RunStore
+from tests.test_jobs import FakeTrainer
+from ui.grid import preview_text
+from ui.knobs import KNOBS, config_from_values
+from ui.presets import card, status
+
+WAIT_S = 60
+
+
+@pytest.fixture()
+def setup(tmp_path):
+    gate = threading.Event()
+    store = RunStore(tmp_path / "runs")
+    jobs = JobManager(store, max_concurrent=2, train_fn=FakeTrainer(step_s=0, gate=gate))
+    demo = app.build_demo(store, jobs)
+    yield demo, store, jobs, gate
+    gate.set()
+    jobs.shutdown(wait=True)
+
+
+def endpoint(demo, name: str):
+    return next(fn for fn in demo.fns.values() if fn.api_name == name).fn
+
+
+def knob_values(**overrides):
+    return [overrides.get(k.url_key, k.default()) for k in KNOBS]
+
+
+def prop(update, name: str):
+    """A property of what a callback returned: a gr.update dict or a component."""
+    return update[name] if isinstance(update, dict) else getattr(update, name)
+
+
+def wait_all(jobs, ids):
+    for r in ids:
+        jobs.wait(r, timeout=WAIT_S)
+
+
+@pytest.mark.parametrize("key", ["hello_sort", "pre_post_ln"])
+def test_a_preset_click_submits_exactly_its_configs_and_opens_compare(setup, key):
+    demo, store, jobs, gate = setup
+    preset = PRESETS[key]
+    last, my_runs, text, note, timer, tabs, pick, metric, group, curves = endpoint(demo, f"preset_{key}")(
+        ["older-run"], "u1")
+    ids = last["run_ids"]
+    assert last["key"] == key and len(ids) == len(preset.runs)
+    assert [store.config(r) for r in ids] == list(preset.runs)  # the very configs, names included
+    assert {store.status(r)["owner"] for r in ids} == {"u1"}
+    assert my_runs == ids + ["older-run"]
+    assert prop(pick, "value") == []  # emptied; the selection comes in a second step, after the curve's change
+    pick = endpoint(demo, f"preset_{key}_select")(last)
+    assert prop(tabs, "selected") == "compare" and prop(pick, "value") == ids and prop(metric, "value") == preset.metric
+    assert prop(group, "value") is True and prop(timer, "active") is True
+    assert {r for _, r in prop(pick, "choices")} >= set(ids)
+    assert text == note and text.startswith(f"**{preset.title}**: 0 of {len(ids)} runs done")
+
+    gate.set()
+    wait_all(jobs, ids)
+    text, note, timer = endpoint(demo, "preset_poll")(last)
+    results = {store.config(r).name: store.summary(r) for r in ids}
+    explanation = preset.explain(results)
+    assert "No final results" not in explanation  # every run's summary was found by its name
+    assert text == note == f"**{preset.title}**: {len(ids)} of {len(ids)} runs done. {explanation}"
+    assert prop(timer, "active") is False
+
+    text, note, timer = endpoint(demo, "load_presets")(last)  # reopening the page finds it again
+    assert explanation in text and prop(timer, "active") is False
+    tabs, _, metric, _, curves = endpoint(demo, "preset_show")(last)
+    assert prop(tabs, "selected") == "compare" and prop(metric, "value") == preset.metric
+    assert prop(endpoint(demo, "preset_show_select")(last), "value") == ids
+
+
+def test_preset_status_copes_with_anything_the_browser_sends(setup):
+    demo, store, *_ = setup
+    ctx = demo.lab_context
+    for junk in (None, [], "x", {"key": "nope"}, {"key": "hello_sort", "run_ids": "../etc"}):
+        assert status(ctx, junk)[0] in ("", "**Hello, sort**: its runs are gone (deleted?). Click the preset to "
+                                            "run it again.")
+    with pytest.raises(gr.Error, match="No preset has been run"):
+        endpoint(demo, "preset_show")({})
+    assert not store.root.exists() or not any(store.root.iterdir())
+
+
+def test_every_preset_card_shows_question_reference_and_wall_time():
+    for p in PRESETS.values():
+        text = card(p)
+        assert p.title in text and p.question in text and p.reference in text
+        assert f"about {p.wall_s:.0f} s on a 2-core CPU" in text
+
+
+GRID = ("PE", "rope, alibi", "seed", "1, 2", "", "")
+
+
+def test_grid_launch_submits_exactly_the_grid(setup):
+    demo, store, jobs, gate = setup
+    knobs = knob_values(task="copy", max_len=4, d_model=32, n_heads=2, steps=20)
+    text, my_runs, tabs, pick, _, group, curves = endpoint(demo, "grid_launch")(*knobs, *GRID, [], "u2")
+    assert prop(curves, "value") is None  # emptied: the new runs' curves come with their colours
+    ids = prop(pick, "value")
+    expected = build_grid(config_from_values({"task.name": "copy", "task.max_len": 4, "model.d_model": 32,
+                                              "model.n_heads": 2, "train.steps": 20}),
+                          [("PE", "rope, alibi"), ("seed", "1, 2")])
+    assert [store.config(r) for r in ids] == expected
+    assert [store.config(r).name for r in ids] == ["pos=rope seed=1", "pos=rope seed=2", "pos=alibi seed=1",
+                                                   "pos=alibi seed=2"]
+    assert my_runs == ids and prop(tabs, "selected") == "compare" and prop(group, "value") is True
+    assert text.startswith("✅ **Launched 4 runs**")
+    preview = endpoint(demo, "grid_preview")(*knobs, *GRID)
+    assert preview.startswith("**4 runs**, about") and "2 running at a time" in preview
+    gate.set()
+    wait_all(jobs, ids)
+
+
+@pytest.mark.parametrize(("grid", "message"), [
+    (("heads", "2, 3", "", "", "", ""), "grid.heads: heads=3 is invalid: model.d_model: 64 is not divisible"),
+    (("PE", "rope, alibi", "seed", "1, 1", "", ""), "grid.seed: '1' is listed twice"),
+    (("seed", " ".join(map(str, range(11))), "norm", "pre post none", "", ""), "grid: 11 x 3 = 33 runs"),
+])
+def test_an_invalid_grid_launches_nothing(setup, grid, message):
+    demo, store, *_ = setup
+    knobs = knob_values()
+    assert preview_text(demo.lab_context, tuple(knobs), grid).startswith("⚠️ **" + message.split(":")[0] + "**")
+    with pytest.raises(gr.Error) as err:
+        endpoint(demo, "grid_launch")(*knobs, *grid, [], "u1")
+    assert err.value.message.startswith(message) and "\n" not in err.value.message
+    with pytest.raises(gr.Error) as err:  # a bad knob is named as on Start
+        endpoint(demo, "grid_launch")(*knob_values(steps=0), "seed", "1, 2", "", "", "", "", [], "u1")
+    assert err.value.message.startswith("train.steps")
+    assert not store.root.exists() or not any(store.root.iterdir()), "an invalid grid created a run folder"

@@ -1,0 +1,133 @@
+"""Ablation grid, an accordion inside the Train tab: vary one to three axes of the current knobs,
+see the run count and a time estimate, launch every run, and open Compare on them (grouped).
+
+The base config is the Train tab's knobs (`config_from_values`, as Start uses). Everything is
+validated before anything launches (lab/grid.py), so a bad value or combination creates no run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from lab.config import ConfigError, RunConfig
+from lab.grid import AXES, MAX_AXES, MAX_RUNS, build_grid, estimate, load_factor
+from ui.common import AppContext, friendly, named, remember_runs
+from ui.compare import reset_curves, select
+from ui.knobs import KNOB_KEYS, KNOBS, config_from_values
+
+EXAMPLES = {"PE": "rope, alibi", "norm": "pre, post", "heads": "1, 2, 4", "layers": "1, 2",
+            "d_model": "32, 64", "seed": "1, 2, 3"}
+INTRO = (f"Vary up to {MAX_AXES} axes of the config above; every other setting comes from the knobs. Each run is "
+         f"named by its values (e.g. `pos=rope seed=1`). At most {MAX_RUNS} runs per grid. Add a **seed** axis to "
+         "see how much of a difference is luck: Compare draws seed repeats as a mean with a min-max band.")
+
+
+@dataclass
+class GridPanel:
+    axes: list[gr.Dropdown]
+    values: list[gr.Textbox]
+    preview: gr.Markdown
+    launch: gr.Button
+    knob_inputs: list
+    my_runs: gr.BrowserState
+    owner: gr.BrowserState
+    ctx: AppContext
+
+    def wire(self, tabs: gr.Tabs, compare: Any) -> None:
+        """Register Launch once Compare exists: it opens Compare on the grid's runs, grouped."""
+        ctx, n_knobs = self.ctx, len(KNOB_KEYS)
+
+        @friendly
+        def on_launch(*args: Any):
+            knobs, rest = args[:n_knobs], args[n_knobs:]
+            cfgs = grid_configs(knobs, rest[:2 * MAX_AXES])
+            runs, who = rest[2 * MAX_AXES:]
+            ids = ctx.jobs.submit_many(cfgs, owner=who if isinstance(who, str) else "")
+            text = (f"✅ **Launched {len(ids)} runs** ({', '.join(c.name for c in cfgs[:4])}"
+                    f"{', …' if len(cfgs) > 4 else ''}). Compare shows them as they train.")
+            return (text, remember_runs(runs, ids), gr.Tabs(selected="compare"),
+                    select(ctx, ids), gr.skip(), gr.Checkbox(value=True), reset_curves())
+
+        inputs = self.knob_inputs + _axis_inputs(self) + [self.my_runs, self.owner]
+        self.launch.click(named(on_launch, api_names() + ["my_runs", "owner"]), inputs=inputs,
+                          outputs=[self.preview, self.my_runs, tabs, *compare.opener()],
+                          api_name="grid_launch", preprocess=False)
+
+
+def api_names() -> list[str]:
+    return [k.url_key for k in KNOBS] + [f"{p}{i}" for i in range(1, MAX_AXES + 1) for p in ("axis", "values")]
+
+
+def _axis_inputs(panel: GridPanel) -> list:
+    return [w for pair in zip(panel.axes, panel.values) for w in pair]
+
+
+def grid_configs(knobs: tuple, pairs: tuple) -> list:
+    """Knob values (in KNOB_KEYS order) and (axis, values) pairs -> the grid's configs (GridError/ConfigError)."""
+    base = config_from_values(dict(zip(KNOB_KEYS, knobs)))
+    axes = [(a, v) for a, v in zip(pairs[0::2], pairs[1::2]) if a]
+    return build_grid(base, axes)
+
+
+def preview_text(ctx: AppContext, knobs: tuple, pairs: tuple) -> str:
+    if not any(pairs[0::2]):
+        return "Choose an axis and list its values to see how many runs the grid makes."
+    try:
+        cfgs = grid_configs(knobs, pairs)
+    except ConfigError as exc:
+        return f"⚠️ **{exc.field}**: {str(exc).split(': ', 1)[1]}"
+    workers = ctx.jobs.max_concurrent
+    key = None
+    if getattr(ctx.jobs, "batch_seeds", False):  # seed repeats train as one batched model
+        from lab.batched import batch_key as key
+    return estimate(cfgs, workers, key, load_factor(recent_runs(ctx), key)).text(workers)
+
+
+def recent_runs(ctx: AppContext, last: int = 40) -> list[tuple[RunConfig, float]]:
+    """(config, wall_s) of this server's newest completed runs, oldest first: how fast runs really go here."""
+    df = ctx.store.list()
+    if "final.wall_s" not in df.columns:
+        return []
+    df = df[(df["state"] == "completed") & df["final.wall_s"].notna()].tail(last)
+    out = []
+    for run_id, wall in zip(df["run_id"], df["final.wall_s"]):
+        try:
+            out.append((ctx.store.config(run_id), float(wall)))
+        except (OSError, ValueError):  # deleted or damaged meanwhile
+            continue
+    return out
+
+
+def build_grid_panel(ctx: AppContext, widgets: dict, my_runs: gr.BrowserState,
+                     owner: gr.BrowserState) -> GridPanel:
+    """The accordion (call inside the Train tab); call `.wire(tabs, compare)` once Compare is built."""
+    with gr.Accordion("Ablation grid", open=False, elem_id="grid"):
+        gr.Markdown(INTRO)
+        axes, values = [], []
+        for i in range(1, MAX_AXES + 1):
+            with gr.Row():
+                axes.append(gr.Dropdown([("(none)", "")] + [(a, a) for a in AXES], value="", label=f"Axis {i}",
+                                        scale=1, elem_id=f"grid-axis-{i}"))
+                values.append(gr.Textbox(label="Values (comma-separated)", placeholder="e.g. rope, alibi", scale=2,
+                                         elem_id=f"grid-values-{i}"))
+        preview = gr.Markdown(preview_text(ctx, (), ("",) * 2 * MAX_AXES), elem_id="grid-preview")
+        launch = gr.Button("Launch grid", variant="primary", elem_id="grid-launch")
+    knob_inputs = [widgets[k] for k in KNOB_KEYS]
+    panel = GridPanel(axes, values, preview, launch, knob_inputs, my_runs, owner, ctx)
+
+    @friendly
+    def on_preview(*args: Any) -> str:
+        return preview_text(ctx, args[:len(KNOB_KEYS)], args[len(KNOB_KEYS):])
+
+    def on_axis(axis: Any, text: Any):
+        """A newly chosen axis gets example values if its box is empty."""
+        return gr.Textbox(value=EXAMPLES.get(axis, "")) if axis and not str(text or "").strip() else gr.skip()
+
+    for i, (ax, box) in enumerate(zip(axes, values), start=1):
+        ax.input(on_axis, inputs=[ax, box], outputs=box, api_name=f"grid_axis{i}_examples", show_progress="hidden")
+    triggers = [w.change for w in knob_inputs + _axis_inputs(panel)]
+    gr.on(triggers, named(on_preview, api_names()), inputs=knob_inputs + _axis_inputs(panel), outputs=preview,
+          api_name="grid_preview", show_progress="hidden", trigger_mode="always_last", preprocess=False)
+    return panel

@@ -1,0 +1,170 @@
+"""Presets tab: known results from SCIENCE.md, one click each (the runs live in lab/presets.py).
+
+Each preset shows its "predict before you click" question, its reference and its measured wall
+time. Its button launches all its runs and opens Compare on them with the preset's curve; a timer
+follows them ("n of m runs done") and, once all are done, shows the preset's explanation, built
+from the measured summaries. The last launched preset is kept in the browser (gr.BrowserState), so
+reopening the page finds its runs again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import gradio as gr
+
+from lab.presets import PRESETS, Preset
+from lab.runs import LIVE_STATES
+from lab.storefs import DamagedRunError, RunIdError, RunNotFoundError
+from ui.common import AppContext, friendly, remember_runs
+from ui.compare import reset_curves, select
+
+POLL_S = 2.0
+INTRO = ("Known results, reproduced on this machine in seconds to minutes. **Read the question and make a "
+         "prediction first**, then click: the button starts every run of the preset and opens **Compare** on "
+         "them. When they finish, a sentence here (and above Compare's curves) says what happened and why.")
+
+
+def wall_text(p: Preset) -> str:
+    minutes = f" ({p.wall_s / 60:.0f} min)" if p.wall_s >= 90 else ""
+    return f"about {p.wall_s:.0f} s on a 2-core CPU{minutes}"
+
+
+def card(p: Preset) -> str:
+    n = len(p.runs)
+    return (f"### {p.title}\n**Predict before you click:** {p.question}\n\n"
+            f"*{p.reference}.* {n} run{'s' if n > 1 else ''}, {wall_text(p)}; opens Compare on *{p.metric}*.")
+
+
+def last_runs(ctx: AppContext, last: Any) -> tuple[Preset | None, list[str]]:
+    """The browser's stored {"key", "run_ids"}, checked: (preset or None, its run ids that still exist)."""
+    if not isinstance(last, dict) or last.get("key") not in PRESETS:
+        return None, []
+    ids = last.get("run_ids")
+    ids = [r for r in (ids if isinstance(ids, list) else [])[:64] if isinstance(r, str)]
+    out = []
+    for r in ids:
+        try:
+            if ctx.store.exists(r):
+                out.append(r)
+        except RunIdError:
+            continue
+    return PRESETS[last["key"]], out
+
+
+def status(ctx: AppContext, last: Any) -> tuple[str, bool]:
+    """(progress or explanation text, whether any run is still queued or running)."""
+    preset, ids = last_runs(ctx, last)
+    if preset is None:
+        return "", False
+    expected = len(preset.runs)
+    if not ids:
+        return f"**{preset.title}**: its runs are gone (deleted?). Click the preset to run it again.", False
+    results: dict[str, dict] = {}
+    live = done = 0
+    for r in ids:
+        try:
+            state = ctx.store.status(r).get("state")
+            name = ctx.store.config(r).name
+            summary = ctx.store.summary(r)
+        except (RunNotFoundError, DamagedRunError):
+            continue
+        if state in LIVE_STATES:
+            live += 1
+        else:
+            done += 1
+            if summary:
+                results[name] = summary
+    head = f"**{preset.title}**: {done} of {expected} runs done"
+    if live:
+        return head + " (training…). The explanation appears here when all have finished.", True
+    return f"{head}. {preset.explain(results)}", False
+
+
+def opening(preset: Preset) -> tuple:
+    """Compare's curve and grouping, and an emptied plot (CompareTab.opener's order). The selection comes
+    in a second step (`preset_select`): a curve change and a selection change sent together start two
+    compares at once, and the one with the old selection (slower: more runs) could finish last and stay
+    on screen. So the first step empties the selection (a compare of nothing is quick)."""
+    return gr.update(value=[]), gr.update(value=preset.metric), gr.Checkbox(value=True), reset_curves()
+
+
+@dataclass
+class PresetsTab:
+    last: gr.BrowserState
+    status: gr.Markdown
+    timer: gr.Timer
+    buttons: dict[str, gr.Button]
+    show: gr.Button
+    on_load: Callable
+    ctx: AppContext
+
+    def wire(self, tabs: gr.Tabs, compare: Any, my_runs: gr.BrowserState, owner: gr.BrowserState) -> None:
+        """Register the buttons once Compare exists. On page load, `demo.load(self.on_load, inputs=self.last,
+        outputs=[self.status, compare.note, self.timer])` restores the last preset's progress or explanation."""
+        ctx = self.ctx
+        opens = [tabs, *compare.opener()]
+
+        def launcher(preset: Preset) -> Callable:
+            @friendly
+            def on_click(runs: Any, who: Any):
+                ids = ctx.jobs.submit_many(list(preset.runs), owner=who if isinstance(who, str) else "")
+                last = {"key": preset.key, "run_ids": ids}
+                text, live = status(ctx, last)
+                return (last, remember_runs(runs, ids), text, text, gr.Timer(active=live),
+                        gr.Tabs(selected="compare"), *opening(preset))
+            on_click.__name__ = f"run_preset_{preset.key}"
+            return on_click
+
+        @friendly
+        def on_select(last: Any):
+            _, ids = last_runs(ctx, last)
+            return select(ctx, ids) if ids else gr.skip()
+
+        outputs = [self.last, my_runs, self.status, compare.note, self.timer, *opens]
+        for key, button in self.buttons.items():
+            button.click(launcher(PRESETS[key]), inputs=[my_runs, owner], outputs=outputs, api_name=f"preset_{key}"
+                         ).success(on_select, inputs=self.last, outputs=compare.pick, api_name=f"preset_{key}_select")
+
+        @friendly
+        def on_poll(last: Any):
+            text, live = status(ctx, last)
+            return text, text, gr.Timer(active=live)
+
+        self.timer.tick(on_poll, inputs=self.last, outputs=[self.status, compare.note, self.timer],
+                        api_name="preset_poll", show_progress="hidden")
+
+        @friendly
+        def on_show(last: Any):
+            preset, ids = last_runs(ctx, last)
+            if preset is None or not ids:
+                raise gr.Error("No preset has been run from this browser yet (or its runs were deleted).")
+            return gr.Tabs(selected="compare"), *opening(preset)
+
+        self.show.click(on_show, inputs=self.last, outputs=opens, api_name="preset_show").success(
+            on_select, inputs=self.last, outputs=compare.pick, api_name="preset_show_select")
+
+
+def build_presets_tab(ctx: AppContext, last: gr.BrowserState) -> PresetsTab:
+    """`last`: gr.BrowserState({}, storage_key="lab-last-preset"), made outside gr.Tabs (a direct child of
+    gr.Tabs is taken for a tab and the headers show wrong labels; inside a tab not yet shown, its stored
+    value is not read at page load)."""
+    with gr.Tab("Presets", id="presets"):
+        gr.Markdown(INTRO)
+        with gr.Row():
+            status_md = gr.Markdown("", elem_id="preset-status")
+            show = gr.Button("Show the last preset in Compare", size="sm", scale=0, elem_id="preset-show")
+        buttons = {}
+        for p in PRESETS.values():
+            with gr.Group():
+                gr.Markdown(card(p), elem_id=f"preset-card-{p.key}", padding=True)
+                buttons[p.key] = gr.Button(f"Run “{p.title}”", variant="primary", size="sm",
+                                           elem_id=f"preset-{p.key}")
+        timer = gr.Timer(POLL_S, active=False)
+
+    @friendly
+    def on_load(stored: Any):
+        text, live = status(ctx, stored)
+        return text, text, gr.Timer(active=live)
+
+    return PresetsTab(last, status_md, timer, buttons, show, on_load, ctx)
