@@ -34,20 +34,32 @@ def images(fig: Figure) -> list:
     return [ax for ax in fig.axes if ax.images]
 
 
+def cells(fig: Figure, n_layers: int, n_heads: int, tq: int, tk: int) -> np.ndarray:
+    """The (n_layers, n_heads, tq, tk) patterns read back from an attention grid's one mosaic image."""
+    (ax,) = images(fig)
+    img = np.asarray(ax.images[0].get_array(), dtype=np.float32)
+    gap_r = (img.shape[0] - n_layers * tq) // max(1, n_layers - 1)
+    gap_c = (img.shape[1] - n_heads * tk) // max(1, n_heads - 1)
+    return np.array([[img[la * (tq + gap_r):la * (tq + gap_r) + tq, h * (tk + gap_c):h * (tk + gap_c) + tk]
+                      for h in range(n_heads)] for la in range(n_layers)])
+
+
 @pytest.mark.parametrize("n_layers,n_heads", [(1, 1), (2, 3), (3, 4)])
 def test_attention_grid_has_one_heatmap_per_layer_and_head(n_layers, n_heads):
     pats = patterns(n_layers, n_heads, 5, 7)
     q, k = [f"q{i}" for i in range(5)], [f"k{i}" for i in range(7)]
     fig = attention_grid(pats, q, k, title="demo")
     assert isinstance(fig, Figure)
-    assert len(fig.axes) == n_layers * n_heads + 1  # + the colorbar
-    heatmaps = images(fig)
-    assert len(heatmaps) == n_layers * n_heads
-    for i, ax in enumerate(heatmaps):  # row-major: layer, then head; data drawn as given
-        np.testing.assert_array_equal(ax.images[0].get_array(), pats[i // n_heads, i % n_heads])
-    first = heatmaps[0]
-    assert [t.get_text() for t in first.get_xticklabels()] == k
-    assert [t.get_text() for t in first.get_yticklabels()] == q
+    assert len(fig.axes) == 2  # the mosaic and its colorbar
+    np.testing.assert_array_equal(cells(fig, n_layers, n_heads, 5, 7), pats)  # each cell drawn as given
+    (ax,) = images(fig)
+    img = np.asarray(ax.images[0].get_array())
+    assert np.isnan(img).sum() == img.size - pats.size  # everything else is gap
+    assert [t.get_text() for t in ax.get_xticklabels()] == k * n_heads  # token labels under every head
+    assert [t.get_text() for t in ax.get_yticklabels()] == q * n_layers  # and beside every layer
+    heads = [t.get_text() for t in ax.child_axes[0].get_xticklabels()]
+    layers = [t.get_text() for t in ax.child_axes[1].get_yticklabels()]
+    assert heads == [f"head {h}" for h in range(n_heads)] and layers == [f"layer {la}" for la in range(n_layers)]
     assert fig._suptitle.get_text() == "demo"
     assert to_png(fig).startswith(PNG)
 
@@ -67,7 +79,7 @@ def test_attention_grid_from_a_real_model(arch):
         q = p.dec_labels if kind != "enc_self" else p.src_labels
         k = p.src_labels if kind in ("enc_self", "cross") else p.dec_labels
         fig = attention_grid(pat, q, k, title=KIND_TITLES[kind])
-        assert len(images(fig)) == 2 * 2 and len(fig.axes) == 5
+        np.testing.assert_array_equal(cells(fig, 2, 2, len(q), len(k)), pat)
 
 
 @pytest.mark.parametrize("pos", ["sinusoidal", "learned"])
@@ -154,7 +166,8 @@ def test_figures_are_independent_and_thread_safe():
         pngs = list(pool.map(draw, range(4)))
     assert all(p.startswith(PNG) for p in pngs)
     a, b = attention_grid(patterns(1, 1, 3, 3), "abc", "abc"), attention_grid(patterns(2, 2, 3, 3), "abc", "abc")
-    assert a is not b and len(a.axes) == 2 and len(b.axes) == 5
+    assert a is not b and a.axes[0] is not b.axes[0]
+    np.testing.assert_array_equal(cells(b, 2, 2, 3, 3), patterns(2, 2, 3, 3))
 
 
 def _imported_modules(path: Path) -> set[str]:

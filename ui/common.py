@@ -115,7 +115,8 @@ SERIES_COLOURS = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3
 
 def with_series(frame: pd.DataFrame, column: str, names: tuple[str, ...], x: str) -> pd.DataFrame:
     """`frame` plus one row without a value for each series in `names` that it lacks (it draws nothing)."""
-    missing = [n for n in names if n not in set(frame[column])]
+    present = set(frame[column])
+    missing = [n for n in names if n not in present]
     if not missing:
         return frame
     pad = pd.DataFrame({x: [0] * len(missing), "value": [float("nan")] * len(missing), column: missing})
