@@ -163,7 +163,7 @@ class JobManager:
             raise ValueError(f"mode: {self.mode!r} is not one of {', '.join(MODES)}")
         self.batch_seeds = train_fn is None and batch_seeds_default()
         if self.mode == "process":
-            threading.Thread(target=warm_up, name="lab-spare-worker", daemon=True).start()
+            threading.Thread(target=warm_up, args=(max_concurrent,), name="lab-spare-worker", daemon=True).start()
         self.limits = limits if limits is not None else Limits()  # lab/limits.py; Limits.from_env() for a server
         self._admitting: dict[str, int] = {}  # owner -> runs admitted whose folder is still being written
         self._cond = threading.Condition()
@@ -184,52 +184,55 @@ class JobManager:
     def submit(self, cfg: RunConfig, owner: str = "") -> str:
         """Create the run (queued) and enqueue it; returns its id at once. LimitError (before any
         run folder exists) when the server's limits refuse it."""
+        return self.submit_many([cfg], owner=owner, batch=False)[0]
+
+    def submit_many(self, cfgs: list[RunConfig], owner: str = "", batch: bool = True) -> list[str]:
+        """Submit several configs (a preset, an ablation grid); returns their run ids in order.
+        All or nothing: the server's limits are checked for the whole set before any folder is
+        written, so a set too large for them is refused whole (LimitError) rather than half-started.
+        With `batch_seeds` on, configs that differ only in seed (or lr) train as one batched model
+        (lab/batched.py) and are stored as separate runs; none starts before every run is queued,
+        so a group stays whole."""
+        from lab.batched import batch_key
+
+        cfgs = list(cfgs)
         with self._cond:
             if self._closed:
                 raise RuntimeError("job manager: shut down; no new runs accepted")
             live = sum(1 for j in self._jobs.values() if j.owner == owner and j.state in LIVE_STATES)
-            check_admission(self.limits, cfg, owner, live + self._admitting.get(owner, 0),
-                            len(self._queue) + sum(self._admitting.values()))
-            self._admitting[owner] = self._admitting.get(owner, 0) + 1
+            for cfg in cfgs:
+                check_admission(self.limits, cfg, owner, live + self._admitting.get(owner, 0),
+                                len(self._queue) + sum(self._admitting.values()), n=len(cfgs))
+            self._admitting[owner] = self._admitting.get(owner, 0) + len(cfgs)
+        ids: list[str] = []
         try:
-            run_id = self.store.create(cfg, owner=owner)
+            for cfg in cfgs:
+                ids.append(self.store.create(cfg, owner=owner))
         finally:
             with self._cond:
-                self._admitting[owner] -= 1
+                self._admitting[owner] -= len(cfgs)
                 if not self._admitting[owner]:
                     del self._admitting[owner]
-        with self._cond:
-            closed = self._closed  # shut down while the folder was being written
-            if not closed:
-                self._jobs[run_id] = _Job(run_id, owner, cfg.train.steps)
-                self._queue.append(run_id)
-                self._start_worker_if_needed()
-                self._cond.notify()
+                closed = self._closed  # shut down while the folders were being written
+                if not closed:
+                    keys = [batch_key(c) if batch and self.batch_seeds else None for c in cfgs[:len(ids)]]
+                    shared = {k for k in keys if k is not None and keys.count(k) > 1}
+                    for run_id, cfg, key in zip(ids, cfgs, keys):
+                        job = _Job(run_id, owner, cfg.train.steps)
+                        job.group = f"{ids[0]}/{hash(key)}" if key in shared else None
+                        self._jobs[run_id] = job
+                        self._queue.append(run_id)
+                    self._start_worker_if_needed()
+                    self._cond.notify_all()
         if closed:
-            self.store.set_status(run_id, "interrupted", error=_SHUT_DOWN)
+            for run_id in ids:
+                self.store.set_status(run_id, "interrupted", error=_SHUT_DOWN)
             raise RuntimeError("job manager: shut down; no new runs accepted")
-        return run_id
-
-    def submit_many(self, cfgs: list[RunConfig], owner: str = "") -> list[str]:
-        """Submit several configs (an ablation grid); returns their run ids in order. With
-        `batch_seeds` on, configs that differ only in seed (or lr) train as one batched model
-        (lab/batched.py) and are stored as separate runs. Atomic for the workers: none starts
-        before every run is queued (the lock is reentrant), so a group stays whole."""
-        from lab.batched import batch_key
-
-        keys = [batch_key(c) if self.batch_seeds else None for c in cfgs]
-        shared = {k for k in keys if k is not None and keys.count(k) > 1}
-        with self._cond:
-            ids = [self.submit(cfg, owner=owner) for cfg in cfgs]
-            tag = ids[0] if ids else ""
-            for run_id, key in zip(ids, keys):
-                if key in shared and self._jobs[run_id].state == "queued":
-                    self._jobs[run_id].group = f"{tag}/{hash(key)}"
         return ids
 
     def _start_worker_if_needed(self) -> None:
-        """More queued jobs than idle workers, and room under the cap: start a worker."""
-        if len(self._queue) > self._idle and len(self._workers) < self.max_concurrent:
+        """More queued jobs than idle workers, and room under the cap: start workers for them."""
+        for _ in range(min(len(self._queue) - self._idle, self.max_concurrent - len(self._workers))):
             worker = threading.Thread(target=self._work, name=f"lab-job-{len(self._workers)}", daemon=True)
             self._workers.append(worker)
             worker.start()
@@ -357,7 +360,7 @@ class JobManager:
                 self._idle -= 1
                 if not self._queue:
                     return  # closed and nothing left
-                batch = [self._jobs[self._queue.popleft()]]
+                batch = [self._jobs[self._next_queued()]]
                 if batch[0].group is not None:  # its group mates, queued behind it, train with it
                     batch += [self._jobs[r] for r in self._queue if self._jobs[r].group == batch[0].group]
                     for job in batch[1:]:
@@ -365,6 +368,19 @@ class JobManager:
                 for job in batch:
                     job.state = "running"
             self._run(batch)
+
+    def _next_queued(self) -> str:
+        """Take the next run off the queue, fairly: the oldest queued run of the owner with the fewest
+        runs training now, so one user's ten-run preset does not hold back everyone else's single run
+        (with one user, plain first-in first-out). Called with the lock held and the queue non-empty."""
+        running: dict[str, int] = {}
+        for job in self._jobs.values():
+            if job.state == "running":
+                running[job.owner] = running.get(job.owner, 0) + 1
+        best = min(range(len(self._queue)), key=lambda i: (running.get(self._jobs[self._queue[i]].owner, 0), i))
+        run_id = self._queue[best]
+        del self._queue[best]
+        return run_id
 
     def _run(self, batch: list[_Job]) -> None:
         """Train one job, or a batched group, in this thread or a worker process (lab/worker.py)."""
@@ -383,6 +399,16 @@ class JobManager:
                 threads = 1  # execute_run records the damage as the failure
             stops = {job.run_id: job.stop_event for job in batch}
             outcome = execute(self.store, list(jobs), stops, threads, seen, self.mode, self.train_fn)
+        except BaseException as exc:  # never lose a worker: its runs fail with the reason, the slot stays
+            error = error_line(exc)
+            log.warning("job worker: %s", error, exc_info=True)
+            outcome = {run_id: ("failed", error) for run_id in jobs}
+            for run_id in jobs:
+                try:
+                    if self.store.status(run_id).get("state") in LIVE_STATES:
+                        self.store.set_status(run_id, "failed", error=error, finished_at=now_iso())
+                except (DamagedRunError, OSError, ValueError):
+                    pass  # the store cannot record it; the in-memory status says it
         finally:
             with self._cond:
                 for run_id, job in jobs.items():

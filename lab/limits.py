@@ -6,12 +6,16 @@ only their own runs). Each limit can be set on its own:
 
 | variable                  | local default | public default | what it bounds                          |
 |---------------------------|---------------|----------------|-----------------------------------------|
-| LAB_MAX_RUNS_PER_USER     | 0 (no limit)  | 2              | one user's runs queued or running       |
+| LAB_MAX_RUNS_PER_USER     | 0 (no limit)  | 10             | one user's runs queued or running       |
 | LAB_MAX_QUEUE             | 1000          | 40             | runs waiting in the queue, all users    |
 | LAB_MAX_PARAMS            | 50,000,000    | 2,000,000      | parameters of one model                 |
 | LAB_MAX_STEPS             | 1,000,000     | 5,000          | training steps of one run               |
 | LAB_MAX_LIVE_POINTS       | 2000          | 500            | points per curve sent to a live plot    |
 | LAB_MAX_UPLOAD_KB         | 64            | 64             | an uploaded config JSON file            |
+
+The largest preset launches 10 runs, hence the public default of 10 per user; a preset or grid is
+admitted whole or refused whole. The queue is fair (lab/jobs.py): a free slot goes to the oldest
+run of the user with the fewest runs training, so one user's ten runs do not hold back the class.
 
 A refused request raises `LimitError` (a `ConfigError`, so every caller already turns it into a
 one-line message) naming the limit, its variable and what to do instead.
@@ -63,7 +67,7 @@ class Limits:
 
     @classmethod
     def public_defaults(cls) -> "Limits":
-        return cls(public=True, max_runs_per_user=2, max_queue=40, max_params=2_000_000, max_steps=5000,
+        return cls(public=True, max_runs_per_user=10, max_queue=40, max_params=2_000_000, max_steps=5000,
                    max_live_points=500)
 
     @classmethod
@@ -108,19 +112,22 @@ def check_config(limits: Limits, cfg: RunConfig) -> None:
 
 
 def check_admission(limits: Limits, cfg: RunConfig, owner: str, owner_live: int, queued: int, n: int = 1) -> None:
-    """Refuse `n` new runs of `cfg` for `owner`, who has `owner_live` runs queued or running, when
-    `queued` runs already wait in the queue. Config limits first, then the user's, then the queue's."""
+    """Refuse `n` new runs (a preset or grid, checked whole) including `cfg` for `owner`, who has
+    `owner_live` runs queued or running, when `queued` runs already wait in the queue. Config limits
+    first, then the user's, then the queue's."""
     check_config(limits, cfg)
     if limits.public and not valid_owner(owner):
         raise LimitError("owner", "this shared server needs a user token: reload the page (allowed: 8 to 64 "
                          "letters, digits, '_' or '-')")
     cap = limits.max_runs_per_user
     if cap and owner_live + n > cap:
-        raise LimitError("runs per user", f"you already have {owner_live} run(s) queued or running and this "
-                         f"server allows {cap} at once ({ENV_NAMES['max_runs_per_user']}); wait for one to "
+        asking = f"; this asks for {n} more" if n > 1 else ""
+        raise LimitError("runs per user", f"you already have {owner_live} run(s) queued or running{asking} and "
+                         f"this server allows {cap} at once ({ENV_NAMES['max_runs_per_user']}); wait for one to "
                          "finish or stop one, then start again")
     if queued + n > limits.max_queue:
-        raise LimitError("queue", f"the queue is full ({queued} runs waiting; this server allows "
+        asking = f" and this asks for {n}" if n > 1 else ""
+        raise LimitError("queue", f"the queue is full ({queued} runs waiting{asking}; this server allows "
                          f"{limits.max_queue}, {ENV_NAMES['max_queue']}); try again in a minute")
 
 

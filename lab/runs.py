@@ -288,8 +288,9 @@ class RunStore:
         except FileNotFoundError:
             entries = []
         for entry in entries:
-            if entry.name.startswith(".") or not _RUN_ID.match(entry.name) or not entry.is_dir():
-                continue
+            if (entry.name.startswith(".") or not _RUN_ID.match(entry.name) or ".." in entry.name
+                    or not entry.is_dir(follow_symlinks=False)):
+                continue  # not a run folder: temp folders, stray files, links (never followed out of the store)
             try:
                 rows.append(self._row(entry.name))
             except RunNotFoundError:

@@ -185,6 +185,38 @@ def test_failing_job_is_failed_and_worker_goes_on(store):
     jm.shutdown(wait=True)
 
 
+def test_an_error_outside_training_fails_the_run_but_keeps_the_worker(store, monkeypatch):
+    """Even an exception the training wrapper does not catch leaves the slot working (one slot here)."""
+    import lab.jobs
+
+    real, calls = lab.jobs.execute, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("disk on fire")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lab.jobs, "execute", flaky)
+    jm = JobManager(store, max_concurrent=1, train_fn=FakeTrainer())
+    bad, good = jm.submit(named("bad")), jm.submit(named("good"))
+    st = jm.wait(bad, timeout=30)
+    assert st.state == "failed" and "disk on fire" in st.error
+    assert store.status(bad)["state"] == "failed"  # recorded, not left "running"
+    assert jm.wait(good, timeout=30).state == "completed"
+    jm.shutdown(wait=True)
+
+
+def test_listing_skips_links_and_dotted_names(store, tmp_path):
+    """A symlink or a 'a..b' folder in the store is no run: listing skips it instead of failing."""
+    good = store.create(named("good"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (store.root / "linked").symlink_to(outside, target_is_directory=True)
+    (store.root / "a..b").mkdir()
+    assert list(store.list()["run_id"]) == [good]
+
+
 def test_two_jobs_run_concurrently(store):
     gate = threading.Event()
     fake = FakeTrainer(gate=gate)

@@ -32,7 +32,7 @@ ALICE, BOB = "a" * 32, "b" * 32
 def test_limits_defaults_public_mode_and_overrides():
     assert Limits.from_env({}) == Limits() and not Limits().public
     public = Limits.from_env({"LAB_PUBLIC": "1"})
-    assert public == Limits.public_defaults() and public.public and public.max_runs_per_user == 2
+    assert public == Limits.public_defaults() and public.public and public.max_runs_per_user == 10
     assert public.max_steps < Limits().max_steps and public.max_params < Limits().max_params
     custom = Limits.from_env({"LAB_PUBLIC": "yes", "LAB_MAX_STEPS": "1_000", "LAB_MAX_QUEUE": "3",
                               "LAB_MAX_RUNS_PER_USER": "0", "LAB_MAX_UPLOAD_KB": "8"})
@@ -116,6 +116,41 @@ def test_job_manager_per_user_and_queue_limits_create_no_folder(store):
     assert jm.wait(a1, timeout=30).state == "completed"
     jm.wait(a2, timeout=30)
     jm.submit(named("a4"), owner=ALICE)  # room again once a run has finished
+    jm.shutdown(wait=True)
+
+
+def test_a_preset_or_grid_is_admitted_whole_or_refused_whole(store):
+    """submit_many checks the limits for the whole set first: a set that does not fit creates nothing."""
+    gate = threading.Event()
+    lim = Limits(public=True, max_runs_per_user=4, max_queue=6, max_steps=1000)
+    jm = JobManager(store, max_concurrent=1, train_fn=FakeTrainer(gate=gate), limits=lim)
+    first = jm.submit_many([named(f"a{i}") for i in range(3)], owner=ALICE)
+    with pytest.raises(LimitError, match="runs per user: you already have 3 run.s. queued or running; this asks "
+                                         "for 2 more"):
+        jm.submit_many([named("a3"), named("a4")], owner=ALICE)
+    with pytest.raises(LimitError, match="^queue: the queue is full .* and this asks for 4"):
+        jm.submit_many([named(f"b{i}") for i in range(4)], owner=BOB)
+    assert {p.name for p in store.root.iterdir()} == set(first)  # the refused sets created nothing
+    assert len(jm.submit_many([named("b0"), named("b1")], owner=BOB)) == 2  # a set that fits is admitted
+    gate.set()
+    for run_id in first:
+        assert jm.wait(run_id, timeout=30).state == "completed"
+    jm.shutdown(wait=True)
+
+
+def test_the_queue_is_fair_between_users(store):
+    """A free slot goes to the user with fewer runs training, not to the oldest queued run."""
+    jm = JobManager(store, max_concurrent=2, train_fn=FakeTrainer(step_s=0.01))
+    alice = jm.submit_many([named(f"a{i}", steps=100_000) for i in range(4)], owner=ALICE)  # a0, a1 train
+    wait_for(lambda: sum(jm.status(r).state == "running" for r in alice) == 2)
+    bob = jm.submit(named("b0", steps=100_000), owner=BOB)  # queued behind a2 and a3
+    for run_id in alice[:2]:
+        jm.stop(run_id)  # frees both slots: one goes to Bob (no run training), one to Alice's a2
+    wait_for(lambda: jm.status(bob).state == "running" and jm.status(alice[2]).state == "running")
+    assert jm.status(alice[3]).state == "queued"
+    for run_id in alice + [bob]:
+        jm.stop(run_id)
+        jm.wait(run_id, timeout=30)
     jm.shutdown(wait=True)
 
 
