@@ -1,8 +1,11 @@
 """One table of knobs drives the Train tab's widgets, validation, the share URL and JSON import.
 
 Each knob names its config field once ("model.n_heads"); its widget, its one-line explanation
-and its URL key come from here. n_ctx is not a knob: it is derived from the task so that the
-longest sequence (evaluation beyond training included) always fits.
+and its URL key come from here. Every config field a run's result depends on is a knob (the
+rarely changed ones are `advanced`, in a closed accordion), so a link or a JSON file carries the
+whole experiment. Not knobs: n_ctx (derived from the task so that the longest sequence, evaluation
+beyond training included, always fits), and where the run trains (device, threads: the server's
+choice).
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from urllib.parse import urlencode
 
 import gradio as gr
 
-from lab.config import (ACTIVATIONS, ARCHS, NORMS, POS_ENCODINGS, TASK_NAMES, ConfigError, ModelConfig,
+from lab.config import (ACTIVATIONS, ARCHS, NORMS, POS_ENCODINGS, SCHEDULES, TASK_NAMES, ConfigError, ModelConfig,
                         RunConfig, TaskConfig)
 from lab.tasks import get_task
 
@@ -25,6 +28,7 @@ class Knob:
     info: str  # the one-line explanation shown under the widget
     make: Callable[..., gr.components.Component]
     kind: type = int
+    advanced: bool = False  # shown in the closed "Advanced" accordion of its section
 
     @property
     def url_key(self) -> str:
@@ -86,15 +90,41 @@ KNOBS: tuple[Knob, ...] = (
          _num(precision=0, minimum=0)),
     Knob("train.seed", "Seed", "Same seed, same run: initial weights and data are reproducible.",
          _num(precision=0, minimum=0)),
+    # advanced: rarely changed, but part of the experiment (presets set them; links and JSON carry them)
+    Knob("task.ood_len", "Longest evaluation length", "Evaluation beyond training uses lengths up to this; "
+         "0 means twice the longest training length.", _num(precision=0, minimum=0), advanced=True),
+    Knob("task.modulus", "Modulus p", "modular_addition only: the model learns (a + b) mod p.",
+         _num(precision=0, minimum=2), advanced=True),
+    Knob("task.train_fraction", "Training fraction", "modular_addition only: the share of all (a, b) pairs "
+         "seen in training; the rest are held out.", _slider(0.05, 0.95, 0.05), float, advanced=True),
+    Knob("train.schedule", "LR schedule", "After warmup the learning rate decays to the floor below (cosine, "
+         "linear) or stays (constant).", _radio(SCHEDULES), str, advanced=True),
+    Knob("train.min_lr_ratio", "LR floor", "The decay ends at this fraction of the learning rate.",
+         _num(minimum=0, maximum=1), float, advanced=True),
+    Knob("train.weight_decay", "Weight decay", "AdamW decay on weight matrices (not biases, norms, "
+         "embeddings); grokking needs it.", _num(minimum=0), float, advanced=True),
+    Knob("train.beta1", "Adam beta1", "Momentum of the gradient average.", _num(minimum=0, maximum=1), float,
+         advanced=True),
+    Knob("train.beta2", "Adam beta2", "Memory of the squared-gradient average.", _num(minimum=0, maximum=1), float,
+         advanced=True),
+    Knob("train.grad_clip", "Gradient clip", "Largest global gradient norm; 0 turns clipping off.",
+         _num(minimum=0), float, advanced=True),
+    Knob("train.eval_every", "Evaluate every", "Steps between held-out evaluations (and the last step).",
+         _num(precision=0, minimum=1), advanced=True),
+    Knob("train.eval_samples", "Evaluation samples", "Held-out sequences per evaluation.",
+         _num(precision=0, minimum=1), advanced=True),
+    Knob("train.snapshots", "Attention snapshots", "How many times during training the probe's attention is "
+         "saved for the Inspect tab's step slider.", _slider(0, 20), advanced=True),
 )
 KNOB_KEYS = tuple(k.key for k in KNOBS)
 BY_URL = {k.url_key: k for k in KNOBS}
 
 
-def build_widgets(section: str) -> dict[str, gr.components.Component]:
-    """Create (and render, inside a Blocks context) the widgets of one config section."""
+def build_widgets(section: str, advanced: bool = False) -> dict[str, gr.components.Component]:
+    """Create (and render, inside a Blocks context) the widgets of one config section (its basic or its
+    advanced knobs)."""
     return {k.key: k.make(label=k.label, info=k.info, value=k.default(), interactive=True, elem_id=k.url_key)
-            for k in KNOBS if k.key.startswith(section + ".")}
+            for k in KNOBS if k.key.startswith(section + ".") and k.advanced == advanced}
 
 
 def _as_kind(knob: Knob, value: Any) -> Any:

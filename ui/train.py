@@ -214,7 +214,8 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
         runs = [r for r in (runs if isinstance(runs, list) else [])[:200] if is_run_id(ctx, r) and ctx.store.exists(r)]
         note = validate(*[values.get(k.key, k.default()) for k in KNOBS])
         if problems:
-            note = "⚠️ " + "; ".join(problems) + " (the rest of the link was applied)\n\n" + note
+            rest = " (the rest of the link was applied)" if values else " (so the link's settings were not applied)"
+            note = "⚠️ " + "; ".join(problems) + rest + "\n\n" + note
         who = who if isinstance(who, str) and valid_owner(who) else uuid.uuid4().hex
         return (*updates, gr.Dropdown(choices=runs, value=runs[0] if runs else None), runs, who, note)
 
@@ -254,4 +255,7 @@ def _knob_panel() -> dict[str, gr.components.Component]:
     for sec, title in {"task": "Task", "model": "Model", "train": "Training"}.items():
         with gr.Accordion(title, open=True):
             widgets.update(build_widgets(sec))
+            if any(k.advanced and k.key.startswith(sec + ".") for k in KNOBS):
+                with gr.Accordion(f"Advanced {title.lower()} settings", open=False, elem_id=f"advanced-{sec}"):
+                    widgets.update(build_widgets(sec, advanced=True))
     return widgets
