@@ -154,7 +154,9 @@ def train_batched(
             for p in params.values():
                 p.grad = None
             losses.sum().backward()  # slices are independent: each gets its own run's gradient
-            norms = _adamw_step(params, state, wd, lrs, step + 1, tc0.beta1, tc0.beta2, clip)
+            lr_t = torch.tensor(lrs)  # (k,); on CUDA a pinned, asynchronous copy: no host sync per step
+            lr_t = lr_t.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else lr_t
+            norms = _adamw_step(params, state, wd, lr_t, step + 1, tc0.beta1, tc0.beta2, clip)
             step += 1
             for j, (i, b) in enumerate(zip(live, batches)):
                 tokens[i] += b.inp.numel()
@@ -180,9 +182,9 @@ def train_batched(
 
 @torch.no_grad()
 def _adamw_step(params: dict[str, Tensor], state: dict[str, tuple[Tensor, Tensor]], wd: dict[str, float],
-                lrs: list[float], t: int, b1: float, b2: float, clip: float) -> Tensor:
-    """Per-slice gradient clipping by global norm, then AdamW, for stacked (k, ...) parameters.
-    Returns the (k,) pre-clipping gradient norms."""
+                lr: Tensor, t: int, b1: float, b2: float, clip: float) -> Tensor:
+    """Per-slice gradient clipping by global norm, then AdamW with per-slice learning rates `lr` (k,),
+    for stacked (k, ...) parameters. Returns the (k,) pre-clipping gradient norms."""
     grads = {n: p.grad for n, p in params.items()}
     first = next(iter(params.values()))
     k = first.shape[0]
@@ -191,7 +193,6 @@ def _adamw_step(params: dict[str, Tensor], state: dict[str, tuple[Tensor, Tensor
         sq += g.pow(2).reshape(k, -1).sum(1)
     norms = sq.sqrt()  # (k,)
     coef = (clip / (norms + 1e-6)).clamp(max=1.0)  # as clip_grad_norm_
-    lr = torch.tensor(lrs, device=first.device)
     bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
     for n, p in params.items():
         shape = (k,) + (1,) * (p.dim() - 1)

@@ -7,8 +7,9 @@ tokens/s of one run alone; in two processes, close to 2x.
 
 Protocol (one child per job; a job is one run, or a batched group of runs, see lab/batched.py):
   - The child is `python -m lab.worker CTRL_FD EVENTS_FD`, a fresh interpreter (no fork of the
-    threaded app, no re-import of the app's __main__). One spare child is kept started, with torch
-    imported, so a run starts at once instead of after a 1.5-3 s import.
+    threaded app, no re-import of the app's __main__). One spare child per job slot is kept
+    started, with torch imported, so runs submitted together start at once instead of after a
+    1.5-5 s import each.
   - parent -> child: ("run", store root, run ids, threads, train_fn), then ("stop", run_id).
     End-of-file on this pipe means the app died: the child marks its runs interrupted and exits
     at once, so a killed server (even SIGKILL) leaves no training process behind.
@@ -92,29 +93,34 @@ class _Child:
 
 
 _SPARE_LOCK = threading.Lock()
-_SPARE: Optional[_Child] = None
+_SPARES: list[_Child] = []  # started children waiting for a job, torch imported
+_WANTED = 1  # how many spares to keep: one per job slot (JobManager calls warm_up(max_concurrent))
 
 
 def _take_child() -> _Child:
-    """The warm spare if it is alive (then start the next spare in the background), else a new child."""
-    global _SPARE
+    """A warm spare if one is alive (then start its replacement in the background), else a new child."""
+    child = None
     with _SPARE_LOCK:
-        child, _SPARE = _SPARE, None
-    if child is not None and child.proc.poll() is not None:
-        child.close()
-        child = None
+        while _SPARES and child is None:
+            child = _SPARES.pop(0)
+            if child.proc.poll() is not None:
+                child.close()
+                child = None
     threading.Thread(target=warm_up, name="lab-spare-worker", daemon=True).start()
     return child if child is not None else _Child()
 
 
-def warm_up() -> None:
-    """Start a spare worker process now (it imports torch), so the next run starts at once."""
-    global _SPARE
+def warm_up(n: Optional[int] = None) -> None:
+    """Keep `n` (default: as many as last asked for) spare worker processes started, so that as many
+    runs submitted at once each start at once instead of after a 1.5-5 s import of torch."""
+    global _WANTED
     with _SPARE_LOCK:
-        if _SPARE is not None and _SPARE.proc.poll() is None:
-            return
+        if n is not None:
+            _WANTED = max(_WANTED, n)
+        _SPARES[:] = [c for c in _SPARES if c.proc.poll() is None]
         try:
-            _SPARE = _Child()
+            while len(_SPARES) < _WANTED:
+                _SPARES.append(_Child())
         except OSError:
             log.warning("could not start a spare training process", exc_info=True)
 
