@@ -18,6 +18,7 @@ import pandas as pd
 from lab.analysis import param_breakdown
 from lab.config import ARCHS, NORMS, POS_ENCODINGS, TASK_NAMES
 from lab.grid import band, group_runs, varied_columns
+from lab.limits import thin
 from lab.plots import bands_figure, curves_figure, params_figure, to_png
 from lab.runs import LIVE_STATES
 from ui.common import (CURVES, X_AXES, AppContext, colour_map, compact, curve, friendly, named, short_label,
@@ -95,7 +96,8 @@ def compare_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smo
     listing = ctx.store.list().set_index("run_id")
     labels = run_labels(ctx, run_ids, listing)
     run_ids = list(labels)
-    curves = [curve(ctx.store.metrics(r), metric, x, smoothing).assign(run=labels[r]) for r in run_ids]
+    points = ctx.jobs.limits.max_live_points  # long runs: evenly thinned, so the page stays light
+    curves = [thin(curve(ctx.store.metrics(r), metric, x, smoothing), points).assign(run=labels[r]) for r in run_ids]
     empty = pd.DataFrame({"x": [], "value": [], "run": pd.Series([], dtype=object)})  # run: nominal, even empty
     curves_df = pd.concat(curves) if curves else empty
     curves_df = with_series(curves_df, "run", tuple(labels.values()), "x")  # runs without points yet included
