@@ -68,15 +68,19 @@ def run_throughput(quick: bool) -> list[str]:
         rows += throughput.bench_config(name, list(POS_ENCODINGS), args, torch.device("cpu"))
         peak = max(peak, tb.matmul_peak_gflops(1))  # between configs too: the least disturbed wins
     lines = [f"fp32 matmul peak, 1 thread (best 512^3 GEMM of 160, between the configs): **{peak:.1f} GFLOP/s**", "",
-             "| config | PE | ours tok/s | baseline tok/s | ratio (q25-q75) | ours GFLOP/s | of peak |",
-             "|---|---|---|---|---|---|---|"]
+             "| config | PE | ours tok/s | baseline tok/s | ratio (q25-q75) | vs learned PE | ours GFLOP/s | of peak |",
+             "|---|---|---|---|---|---|---|---|"]
+    learned = {r["config"]: r["ratio"] for r in rows if r["pe"] == "learned"}
     for r in rows:
         name = r["config"]
+        vs = f"{r['ratio'] / learned[name]:.2f}" if name in learned else ""
         lines.append(f"| {name} | {r['pe']} | {r['ours_tok_s']:,.0f} | {r['base_tok_s']:,.0f} | {r['ratio']:.3f} "
-                     f"({r['ratio_q25']:.2f}-{r['ratio_q75']:.2f}) | {r['ours_gflop_s']:.1f} | "
+                     f"({r['ratio_q25']:.2f}-{r['ratio_q75']:.2f}) | {vs} | {r['ours_gflop_s']:.1f} | "
                      f"{r['ours_gflop_s'] / peak:.0%} |")
     return lines + ["", "ratio = baseline step time / ours, paired per round; the `(baseline)` row is a second "
-                    "baseline timed as ours: its distance from 1 is this run's noise. 1 thread."]
+                    "baseline timed as ours: its distance from 1 is this run's noise. vs learned PE = this PE's "
+                    "ratio / the learned PE's ratio (both against the same baseline): its speed relative to "
+                    "learned. 1 thread."]
 
 
 def run_presets(quick: bool) -> list[str]:

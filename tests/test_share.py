@@ -115,6 +115,12 @@ def test_classroom_link_fills_the_knobs_and_hides_controls_in_chromium(browser_a
         assert page.locator("#n_heads").is_visible()  # only the named controls are hidden
         summary = page.locator("#config-summary").inner_text()
         assert "modular_addition" in summary and "⚠️" not in summary
+        # nor can the ablation grid vary a hidden control
+        page.get_by_text("Ablation grid").click()
+        page.locator("#grid-axis-1 input").click()
+        options = [o.strip() for o in page.get_by_role("option").all_inner_texts()]
+        assert "seed" in options and "heads" in options and "PE" not in options and "norm" not in options, options
+        page.keyboard.press("Escape")
         # the link made on this page carries the same experiment
         page.locator("#share-link-btn").click()
         page.wait_for_function("() => document.querySelector('#share-link textarea, #share-link input')?.value",

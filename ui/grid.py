@@ -56,6 +56,11 @@ class GridPanel:
                           api_name="grid_launch", preprocess=False)
 
 
+def axis_choices(hidden: tuple[str, ...] | list[str] = ()) -> list[tuple[str, str]]:
+    """The axis dropdown's choices, without the axes whose control a classroom link hides (config keys)."""
+    return [("(none)", "")] + [(a, a) for a, axis in AXES.items() if axis.field not in hidden]
+
+
 def api_names() -> list[str]:
     return [k.url_key for k in KNOBS] + [f"{p}{i}" for i in range(1, MAX_AXES + 1) for p in ("axis", "values")]
 
@@ -108,8 +113,8 @@ def build_grid_panel(ctx: AppContext, widgets: dict, my_runs: gr.BrowserState,
         axes, values = [], []
         for i in range(1, MAX_AXES + 1):
             with gr.Row():
-                axes.append(gr.Dropdown([("(none)", "")] + [(a, a) for a in AXES], value="", label=f"Axis {i}",
-                                        scale=1, elem_id=f"grid-axis-{i}"))
+                axes.append(gr.Dropdown(axis_choices(), value="", label=f"Axis {i}", scale=1,
+                                        elem_id=f"grid-axis-{i}"))
                 values.append(gr.Textbox(label="Values (comma-separated)", placeholder="e.g. rope, alibi", scale=2,
                                          elem_id=f"grid-values-{i}"))
         preview = gr.Markdown(preview_text(ctx, (), ("",) * 2 * MAX_AXES), elem_id="grid-preview")

@@ -19,7 +19,7 @@ from lab.limits import thin, valid_owner
 from lab.runs import DamagedRunError, RunIdError, RunNotFoundError
 from lab.tasks import get_task
 from ui.common import TERMINAL, AppContext, curve, friendly, named, with_series
-from ui.grid import GridPanel, build_grid_panel
+from ui.grid import GridPanel, axis_choices, build_grid_panel
 from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, values_from_query
 from ui.share import build_share_panel
 
@@ -217,9 +217,11 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
             rest = " (the rest of the link was applied)" if values else " (so the link's settings were not applied)"
             note = "⚠️ " + "; ".join(problems) + rest + "\n\n" + note
         who = who if isinstance(who, str) and valid_owner(who) else uuid.uuid4().hex
-        return (*updates, gr.Dropdown(choices=runs, value=runs[0] if runs else None), runs, who, note)
+        axes = [gr.Dropdown(choices=axis_choices(hide)) for _ in grid.axes]  # a hidden control is no grid axis
+        return (*updates, gr.Dropdown(choices=runs, value=runs[0] if runs else None), runs, who, note, *axes)
 
-    return TrainTab(widgets, run_pick, on_load, [my_runs, owner], inputs + [run_pick, my_runs, owner, summary], grid)
+    return TrainTab(widgets, run_pick, on_load, [my_runs, owner],
+                    inputs + [run_pick, my_runs, owner, summary] + grid.axes, grid)
 
 
 def is_run_id(ctx: AppContext, value: Any) -> bool:
