@@ -69,7 +69,7 @@ def page(browser_app):
         CRASHES.clear()
         page.on("pageerror", lambda exc: CRASHES.append(str(exc)))
         page.goto(browser_app.url)
-        page.wait_for_selector("#start-btn")
+        page.wait_for_selector("#start-btn:enabled")  # enabled once the page has loaded
         yield page
         browser.close()
 

@@ -43,7 +43,7 @@ def page(app_server):
         page.add_init_script(WATCH_ERRORS)
         page.on("pageerror", lambda exc: CRASHES.append(str(exc)))
         page.goto(app_server.url)
-        page.wait_for_selector("#start-btn")
+        page.wait_for_selector("#start-btn:enabled")  # enabled once the page has loaded
         yield page
         browser.close()
 
@@ -170,7 +170,7 @@ def test_a_preset_opens_compare_and_explains_its_result(page, app_server):
     assert_no_errors(page)
 
     page.reload()  # the browser remembers the last preset
-    page.wait_for_selector("#start-btn")
+    page.wait_for_selector("#start-btn:enabled")  # enabled once the page has loaded
     page.get_by_role("tab", name="Presets").click()
     expect(page.locator("#preset-status")).to_contain_text("1 of 1 runs done.", timeout=WAIT_MS)
     assert explanation.split(". ", 1)[1][:60] in page.locator("#preset-status").inner_text()

@@ -248,7 +248,7 @@ def test_second_browser_cannot_stop_or_delete_first_users_run(public_app):
         page = context.new_page()
         page.add_init_script(WATCH_ERRORS)
         page.goto(public_app.url)
-        page.wait_for_selector("#start-btn")
+        page.wait_for_selector("#start-btn:enabled")  # enabled once the page has loaded
         page.wait_for_function("() => localStorage.getItem('lab-owner')", timeout=60_000, polling=250)
         return page
 

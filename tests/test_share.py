@@ -104,7 +104,7 @@ def test_classroom_link_fills_the_knobs_and_hides_controls_in_chromium(browser_a
         page = browser.new_context(viewport=VIEWPORT).new_page()
         page.set_default_timeout(WAIT_MS)
         page.goto(url)
-        page.wait_for_selector("#start-btn")
+        page.wait_for_selector("#start-btn:enabled")  # enabled once the page has loaded
         page.wait_for_function("() => document.querySelector('#seed input') && "
                                "document.querySelector('#seed input').value === '5'", polling=250)
         assert page.locator("#task input").input_value() == "modular_addition"

@@ -110,7 +110,9 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
             with gr.Column(scale=3):
                 summary = gr.Markdown(validate(*[k.default() for k in KNOBS]), elem_id="config-summary")
                 with gr.Row():
-                    start = gr.Button("Start", variant="primary", elem_id="start-btn")
+                    # enabled by on_load: a Start answered before the page's load event would be undone
+                    # by it (on_load restores "Run shown" and "my runs" from the browser)
+                    start = gr.Button("Start", variant="primary", elem_id="start-btn", interactive=False)
                     stop = gr.Button("Stop", variant="stop", elem_id="stop-btn")
                     delete = gr.Button("Delete run", variant="secondary", elem_id="delete-btn")
                 with gr.Row(visible=False, elem_id="delete-confirm") as confirm_row:
@@ -218,10 +220,11 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
             note = "⚠️ " + "; ".join(problems) + rest + "\n\n" + note
         who = who if isinstance(who, str) and valid_owner(who) else uuid.uuid4().hex
         axes = [gr.Dropdown(choices=axis_choices(hide)) for _ in grid.axes]  # a hidden control is no grid axis
-        return (*updates, gr.Dropdown(choices=runs, value=runs[0] if runs else None), runs, who, note, *axes)
+        return (*updates, gr.Dropdown(choices=runs, value=runs[0] if runs else None), runs, who, note, *axes,
+                gr.Button(interactive=True))
 
     return TrainTab(widgets, run_pick, on_load, [my_runs, owner],
-                    inputs + [run_pick, my_runs, owner, summary] + grid.axes, grid)
+                    inputs + [run_pick, my_runs, owner, summary] + grid.axes + [start], grid)
 
 
 def is_run_id(ctx: AppContext, value: Any) -> bool:
