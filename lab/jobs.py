@@ -263,6 +263,8 @@ class JobManager:
         self.store.path(run_id)  # RunIdError for anything that is not a run id
         with self._cond:
             job = self._jobs.get(run_id)
+            if job is not None and owner is not None and job.owner != owner:  # someone else's: whatever its state
+                raise PermissionError(f"run_id: {run_id!r} belongs to another user; you can delete only your own runs")
             if job is not None and job.state in LIVE_STATES:
                 raise ValueError(f"run_id: {run_id!r} is {job.state}; stop it before deleting")
         self.store.delete(run_id, owner=owner)

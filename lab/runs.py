@@ -333,10 +333,10 @@ class RunStore:
             status = self.status(run_id)
         except DamagedRunError:
             status = {}
-        if status.get("state") in LIVE_STATES:
-            raise ValueError(f"run_id: {run_id!r} is {status['state']}; stop it before deleting")
         if owner is not None and status.get("owner", "") != owner:
             raise PermissionError(f"run_id: {run_id!r} belongs to another user; you can delete only your own runs")
+        if status.get("state") in LIVE_STATES:
+            raise ValueError(f"run_id: {run_id!r} is {status['state']}; stop it before deleting")
         self._close_handle(run_id)
         doomed = self.root / f".{run_id}.{secrets.token_hex(3)}.deleted"
         os.rename(path, doomed)  # vanish from listings at once, then remove

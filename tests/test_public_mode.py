@@ -357,9 +357,14 @@ def test_public_limits_and_ownership_through_the_api(public_app):
     for run_id in ids:
         client.predict(run_id, ALICE, api_name="/stop")
     deadline = time.monotonic() + 120
-    while any(state_of(public_app, r) in ("queued", "running") for r in ids):
+    def live(run_id: str) -> bool:  # as the server's job manager sees it (the store's file is written first)
+        text = client.predict(run_id, api_name="/poll")[0]
+        return "Queued" in text or "Running" in text
+
+    while any(live(r) for r in ids):
         assert time.monotonic() < deadline
         time.sleep(0.5)
+    assert all(state_of(public_app, r) == "stopped" for r in ids)
     assert "belongs to another user" in refused(ids[0], [], BOB, api_name="/delete")
     assert (public_app.runs_dir / ids[0]).is_dir()
     pick, my_runs, text = client.predict(ids[0], ids, ALICE, api_name="/delete")  # (the Row is no value)

@@ -108,6 +108,7 @@ def test_classroom_link_fills_the_knobs_and_hides_controls_in_chromium(browser_a
         page.wait_for_function("() => document.querySelector('#seed input') && "
                                "document.querySelector('#seed input').value === '5'", polling=250)
         assert page.locator("#task input").input_value() == "modular_addition"
+        page.locator("#advanced-train").get_by_text("Advanced training settings").click()  # a closed accordion
         assert page.locator("#weight_decay input").input_value() == "1"
         assert page.locator("#beta2 input").input_value() == str(GROK.train.beta2)
         assert page.locator("#schedule input:checked").get_attribute("value") == GROK.train.schedule
@@ -122,6 +123,7 @@ def test_classroom_link_fills_the_knobs_and_hides_controls_in_chromium(browser_a
         assert "seed" in options and "heads" in options and "PE" not in options and "norm" not in options, options
         page.keyboard.press("Escape")
         # the link made on this page carries the same experiment
+        page.get_by_text("Share this configuration").click()  # a closed accordion
         page.locator("#share-link-btn").click()
         page.wait_for_function("() => document.querySelector('#share-link textarea, #share-link input')?.value",
                                polling=250)

@@ -6,6 +6,7 @@ validated before anything launches (lab/grid.py), so a bad value or combination 
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,12 +127,12 @@ def build_grid_panel(ctx: AppContext, widgets: dict, my_runs: gr.BrowserState,
     def on_preview(*args: Any) -> str:
         return preview_text(ctx, args[:len(KNOB_KEYS)], args[len(KNOB_KEYS):])
 
-    def on_axis(axis: Any, text: Any):
-        """A newly chosen axis gets example values if its box is empty."""
-        return gr.Textbox(value=EXAMPLES.get(axis, "")) if axis and not str(text or "").strip() else gr.skip()
-
+    # A newly chosen axis gets example values if its box is empty. In the browser, at once: a server
+    # round trip could land after the user had typed values, and overwrite them.
+    on_axis = f"(axis, text) => (axis && !String(text || '').trim()) ? ({json.dumps(EXAMPLES)}[axis] || '') : text"
     for i, (ax, box) in enumerate(zip(axes, values), start=1):
-        ax.input(on_axis, inputs=[ax, box], outputs=box, api_name=f"grid_axis{i}_examples", show_progress="hidden")
+        ax.input(None, inputs=[ax, box], outputs=box, js=on_axis, api_name=f"grid_axis{i}_examples",
+                 show_progress="hidden")
     triggers = [w.change for w in knob_inputs + _axis_inputs(panel)]
     gr.on(triggers, named(on_preview, api_names()), inputs=knob_inputs + _axis_inputs(panel), outputs=preview,
           api_name="grid_preview", show_progress="hidden", trigger_mode="always_last", preprocess=False)
