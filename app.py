@@ -5,7 +5,9 @@
 """
 from __future__ import annotations
 
+import importlib
 import os
+import threading
 from typing import Optional
 
 import gradio as gr
@@ -25,6 +27,9 @@ CSS = """
 #config-summary {min-height: 3em}
 footer {display: none !important}
 """
+
+
+WARM_UP_S = 8.0  # seconds after start-up before the app imports what it needs later (scikit-learn)
 
 
 def build_demo(store: Optional[RunStore] = None, jobs: Optional[JobManager] = None,
@@ -70,6 +75,10 @@ def main() -> None:
     store = RunStore()
     store.sweep()  # temp files and half-written folders a crashed server left behind
     demo = build_demo(store, JobManager(store, limits=limits))
+    # scikit-learn (the PCA panel) loads once the page is up: at import it added ~1 s to the cold start
+    warm = threading.Timer(WARM_UP_S, importlib.import_module, args=("sklearn.decomposition",))
+    warm.daemon = True
+    warm.start()
     demo.launch(
         allowed_paths=[],  # Gradio serves only its own cache (the files this app returns) and uploads
         blocked_paths=blocked_paths(store),

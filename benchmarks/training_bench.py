@@ -99,14 +99,18 @@ SPARES_S = 12.0  # > the job manager's SPARE_DELAY_S plus a torch import on this
 
 
 def concurrent_runs(modes=("process", "thread"), counts=(1, 2, 4), steps: int = 300,
-                    rounds: int = 2) -> list[dict[str, Any]]:
-    """n runs submitted at once to a JobManager (max_concurrent = 4, one thread each): aggregate
-    tokens/s from submit to the last finish (end to end), and inside the training loops. Modes and
-    counts are interleaved, `rounds` times; each figure is the best of its rounds."""
+                    rounds: int = 2, slots: Optional[int] = None) -> list[dict[str, Any]]:
+    """n runs submitted at once to a JobManager with `slots` job slots (default: the app's, one per core),
+    one intra-op thread each: aggregate tokens/s from submit to the last finish (end to end), and inside
+    the training loops. Modes and counts are interleaved, `rounds` times; each figure is the best of its
+    rounds."""
+    from lab.jobs import default_max_concurrent
+
+    slots = slots or default_max_concurrent()
     best: dict[tuple[str, int], list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(tmp)
-        jms = {m: JobManager(store, max_concurrent=4, mode=m) for m in modes}
+        jms = {m: JobManager(store, max_concurrent=slots, mode=m) for m in modes}
         for jm in jms.values():
             jm.wait(jm.submit(_cfg(0, 20)), timeout=300)  # warm: imports, the spare worker process
         for _ in range(rounds):
@@ -124,7 +128,7 @@ def concurrent_runs(modes=("process", "thread"), counts=(1, 2, 4), steps: int = 
         one = best[(m, counts[0])]
         for n in counts:
             e2e, loop = best[(m, n)]
-            rows.append({"mode": m, "runs": n, "e2e_tok_s": e2e, "loop_tok_s": loop, "e2e_x": e2e / one[0],
+            rows.append({"mode": m, "slots": slots, "runs": n, "e2e_tok_s": e2e, "loop_tok_s": loop, "e2e_x": e2e / one[0],
                          "loop_x": loop / one[1]})
     return rows
 

@@ -13,7 +13,6 @@ from typing import Optional
 
 import numpy as np
 import torch
-from sklearn.decomposition import PCA
 
 from lab.config import ConfigError, ModelConfig, RunConfig
 from lab.model import Transformer
@@ -186,6 +185,8 @@ def positional_view(cfg: RunConfig, state_dict: Optional[dict[str, torch.Tensor]
                               None if rel is None else rel.numpy(), pe.table_note)
     tab = table.detach().double().numpy()
     k = min(2, tab.shape[0], tab.shape[1])
+    from sklearn.decomposition import PCA  # here, not at import: it costs ~1 s of the app's cold start
+
     pca = PCA(n_components=k).fit(tab)
     coords = pca.transform(tab)
     unit = tab / np.maximum(np.linalg.norm(tab, axis=1, keepdims=True), 1e-12)
