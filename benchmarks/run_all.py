@@ -1,6 +1,6 @@
 """Every performance figure of the lab in one command: prints a table, writes benchmarks/RESULTS.md.
 
-    python benchmarks/run_all.py            # 26 min measured at load 10-25; est. 10-14 min on a quiet 2-core machine
+    python benchmarks/run_all.py            # every figure, writes RESULTS.md: 10.5 min on a quiet 2-core machine
     python benchmarks/run_all.py --quick    # shorter timings and caps (~5 min), for a smoke test
     python benchmarks/run_all.py --only throughput,batched
 
@@ -199,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             f"- commit: {_commit()}; torch {torch.__version__}; python {platform.python_version()}; device: {device}",
             f"- mode: {'quick' if args.quick else 'full'}"]
     parts = ["\n".join(head)]
+    print(parts[0] + "\n", flush=True)
     for name in only:
         s0 = time.perf_counter()
         try:

@@ -1,9 +1,10 @@
 """Training in a worker process: the job manager's threads drive it, the GIL does not serialise it.
 
-Why: a small model's training step is tens to hundreds of small torch ops, each entered from
-Python, so two trainings on two threads of one process take turns on the interpreter lock.
-Measured here (benchmarks/README.md): two runs at once on threads gave 0.7x the aggregate
-tokens/s of one run alone; in two processes, close to 2x.
+Why: a training step is tens to hundreds of small torch ops, each entered from Python, and the
+web server shares its interpreter with any training thread; a process per job keeps the page
+responsive, isolates a crash or an out-of-memory kill, and lets two runs use two cores (measured
+in benchmarks/RESULTS.md: two runs at once ~1.8x the throughput of one alone; threads reached
+1.7x on a quiet machine and 0.7-1.1x on a loaded one, benchmarks/README.md).
 
 Protocol (one child per job; a job is one run, or a batched group of runs, see lab/batched.py):
   - The child is `python -m lab.worker CTRL_FD EVENTS_FD`, a fresh interpreter (no fork of the
