@@ -18,6 +18,7 @@ from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.jobs import JobManager
 from lab.runs import RunIdError, RunStore
 from tests.test_jobs import FakeTrainer
+from ui.knobs import KNOBS
 
 CFG = RunConfig(model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32), task=TaskConfig(name="copy", max_len=4),
                 train=TrainConfig(steps=20, eval_every=10))
@@ -129,8 +130,8 @@ def test_every_run_id_endpoint_refuses_path_tricks(client, app_server):
     assert "Traceback" not in app_server.log_text(log_start)
 
     # bad ids in the browser's stored "my runs" are dropped, not followed
-    *_, runs_dropdown, my_runs, _owner, _note = client.predict(["../outside", "/etc", real], "u" * 32,
-                                                               api_name="/load")
+    out = client.predict(["../outside", "/etc", real], "u" * 32, api_name="/load")
+    runs_dropdown, my_runs, _owner, _note = out[len(KNOBS):len(KNOBS) + 4]  # after the knobs' updates
     assert my_runs == [real]
     text, *_ = client.predict(real, api_name="/poll")  # and the server still answers
     assert "Completed" in text
