@@ -216,7 +216,7 @@ def execute_group(
 ) -> list[tuple[str, str, Optional[str]]]:
     """execute_run for a batched group: every run is recorded in the store as if trained alone.
     Returns (run_id, final state, error) per run; a failure fails every run of the group."""
-    from lab.jobs import STATUS_EVERY_S, error_line, summary_of
+    from lab.jobs import error_line, run_recorder, summary_of
     from lab.runs import now_iso
 
     for rid in run_ids:
@@ -228,24 +228,8 @@ def execute_group(
         for rid in run_ids:
             store.set_status(rid, "running", started_at=now_iso(), step=0, error=None)
 
-        def recorder(rid: str) -> Callable[[Record], None]:
-            last_write = [time.monotonic()]
-            extra = (on_record or {}).get(rid)
-
-            def record(rec: Record) -> None:
-                if isinstance(rec, SnapshotRecord):
-                    store.save_snapshot(rid, rec)
-                else:
-                    store.append(rid, rec)
-                    now = time.monotonic()
-                    if now - last_write[0] >= STATUS_EVERY_S:
-                        store.set_status(rid, "running", step=rec.step)
-                        last_write[0] = now
-                if extra is not None:
-                    extra(rec)
-            return record
-
-        results = train_batched(cfgs, [recorder(r) for r in run_ids], [should_stop[r] for r in run_ids], threads)
+        recorders = [run_recorder(store, r, (on_record or {}).get(r)) for r in run_ids]
+        results = train_batched(cfgs, recorders, [should_stop[r] for r in run_ids], threads)
         done = []
         for rid, res in zip(run_ids, results):
             store.save_weights(rid, res.state_dict)

@@ -36,6 +36,26 @@ def error_line(exc: BaseException, limit: int = 1000) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def run_recorder(store: RunStore, run_id: str,
+                 extra: Callable[[Record], None] | None = None) -> Callable[[Record], None]:
+    """The callback that writes a training's records into its run folder: snapshots as files, the
+    rest appended to metrics, the status's step refreshed every STATUS_EVERY_S; then `extra`."""
+    last_write = [time.monotonic()]
+
+    def record(rec: Record) -> None:
+        if isinstance(rec, SnapshotRecord):
+            store.save_snapshot(run_id, rec)
+        else:
+            store.append(run_id, rec)
+            now = time.monotonic()
+            if now - last_write[0] >= STATUS_EVERY_S:
+                store.set_status(run_id, "running", step=rec.step)
+                last_write[0] = now
+        if extra is not None:
+            extra(rec)
+    return record
+
+
 def execute_run(
     store: RunStore,
     run_id: str,
@@ -55,21 +75,8 @@ def execute_run(
         if train_fn is None:
             from lab.trainer import train as train_fn  # lazy: torch model code loads on first run
         store.set_status(run_id, "running", started_at=now_iso(), step=0, error=None)
-        last_write = [time.monotonic()]
-
-        def record(rec: Record) -> None:
-            if isinstance(rec, SnapshotRecord):
-                store.save_snapshot(run_id, rec)
-            else:
-                store.append(run_id, rec)
-                now = time.monotonic()
-                if now - last_write[0] >= STATUS_EVERY_S:
-                    store.set_status(run_id, "running", step=rec.step)
-                    last_write[0] = now
-            if on_record is not None:
-                on_record(rec)
-
-        result = train_fn(cfg, on_record=record, should_stop=should_stop, threads=threads)
+        result = train_fn(cfg, on_record=run_recorder(store, run_id, on_record), should_stop=should_stop,
+                          threads=threads)
         store.save_weights(run_id, result.state_dict)
         store.write_summary(run_id, summary_of(result))
         store.set_status(

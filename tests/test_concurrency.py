@@ -17,6 +17,7 @@ from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.jobs import JobManager
 from lab.runs import RunStore
 from lab.storefs import process_token
+from tests.test_crash import descendants
 
 REPO = Path(__file__).resolve().parents[1]
 WAIT = 120.0  # a fresh worker imports torch; the host is shared and noisy
@@ -144,23 +145,6 @@ if __name__ == "__main__":
 """
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every live process whose chain of parents leads to pid."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    parents[int(entry)] = int(fh.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    found, frontier = set(), {pid}
-    while frontier:
-        frontier = {c for c, p in parents.items() if p in frontier} - found
-        found |= frontier
-    return found
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds the server's children through /proc (Linux)")
 def test_sigkill_of_the_server_leaves_no_training_process(tmp_path):
@@ -173,7 +157,7 @@ def test_sigkill_of_the_server_leaves_no_training_process(tmp_path):
         ids = [server.stdout.readline().strip() for _ in range(2)]
         store = RunStore(runs)
         pids = [child_pid(store, r, server.pid) for r in ids]
-        family = _descendants(server.pid)  # the two training processes, and the warm spare
+        family = descendants(server.pid)  # the two training processes, and the warm spare
         assert len(set(pids)) == 2 and set(pids) <= family
         tokens = {p: process_token(p) for p in family}
         server.send_signal(signal.SIGKILL)
