@@ -1,24 +1,24 @@
 """Training in a worker process: the job manager's threads drive it, the GIL does not serialise it.
 
 Why: a training step is tens to hundreds of small torch ops, each entered from Python, and the
-web server shares its interpreter with any training thread; a process per job keeps the page
-responsive, isolates a crash or an out-of-memory kill, and lets two runs use two cores (measured
-in benchmarks/RESULTS.md: two runs at once ~1.8x the throughput of one alone; threads reached
-1.7x on a quiet machine and 0.7-1.1x on a loaded one, benchmarks/README.md).
+web server shares the interpreter with any training thread; a process per job slot keeps the
+page responsive, isolates a crash or an out-of-memory kill, and lets two runs use two cores
+(measured in benchmarks/RESULTS.md: two runs at once ~1.8x the throughput of one alone).
 
-Protocol (one child per job; a job is one run, or a batched group of runs, see lab/batched.py):
+Protocol (a job is one run, or a batched group of runs, see lab/batched.py):
   - The child is `python -m lab.worker CTRL_FD EVENTS_FD`, a fresh interpreter (no fork of the
-    threaded app, no re-import of the app's __main__). One spare child per job slot is kept
-    started, with torch imported, so runs submitted together start at once instead of after a
-    1.5-5 s import each.
+    threaded app, no re-import of the app's __main__). It imports torch once, then runs jobs one
+    after another: a child whose job ended cleanly goes back to the spares, one per job slot, so
+    runs start at once instead of after a 1.5-5 s import each.
   - parent -> child: ("run", store root, run ids, threads, train_fn), then ("stop", run_id).
-    End-of-file on this pipe means the app died: the child marks its runs interrupted and exits
-    at once, so a killed server (even SIGKILL) leaves no training process behind.
+    End-of-file on this pipe means the app died (or no longer needs the child): the child marks
+    its runs interrupted and exits at once, so a killed server (even SIGKILL) leaves no training
+    process behind.
   - child -> parent: ("step", run_id, StepRecord) for the live status, ("done", run_id, state,
     error) once per run. The child writes everything into the run folders itself (metrics,
     status, snapshots, weights, summary) through `RunStore`, exactly as `execute_run` does.
   - A child that exits without "done" (killed, out of memory, segfault) leaves its runs
-    "failed", with the exit code or signal in the message.
+    "failed", with the exit code or signal in the message, and is replaced.
 One intra-op thread per child when several run at once (oversubscribing 2 cores slows steps
 10-50x, SCIENCE.md).
 """
@@ -28,6 +28,7 @@ import functools
 import importlib
 import logging
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -98,16 +99,17 @@ class _Child:
 
 
 _SPARE_LOCK = threading.Lock()
-_SPARES: list[_Child] = []  # started children waiting for a job, torch imported
-_WANTED = 1  # how many spares to keep: one per job slot (JobManager calls warm_up(max_concurrent))
+_SPARES: list[_Child] = []  # started children waiting for a job, torch imported; most recently used first
+_BUSY = 0  # children running a job now
+_WANTED = 1  # processes to keep, busy or spare: one per job slot (JobManager calls warm_up(max_concurrent))
 
 
 def _take_child() -> _Child:
-    """A warm spare if one is alive, else a new child. Its replacement starts when this job ends
-    (run_in_process): importing torch while other runs train would slow them (measured: two runs at
-    once reached 1.2x the throughput of one alone with replacements importing beside them)."""
+    """A warm spare if one is alive (the one that finished a job last), else a new child."""
+    global _BUSY
     child = None
     with _SPARE_LOCK:
+        _BUSY += 1
         while _SPARES and child is None:
             child = _SPARES.pop(0)
             if child.proc.poll() is not None:
@@ -116,16 +118,42 @@ def _take_child() -> _Child:
     return child if child is not None else _Child()
 
 
+def _release(child: _Child, reusable: bool) -> None:
+    """A job has ended. A child that finished it cleanly waits for the slot's next job, so a slot keeps
+    one process for job after job (no fresh import of torch per run); beyond one process per slot the
+    extras exit. A child that died or was torn down is replaced, now that its job is over: importing
+    torch while other runs train slows them (measured: two runs at once reached 1.2x the throughput of
+    one alone with replacements importing beside them)."""
+    global _BUSY
+    with _SPARE_LOCK:
+        _BUSY -= 1
+        if reusable:
+            _SPARES.insert(0, child)
+        keep = max(0, _WANTED - _BUSY)
+        extra, _SPARES[keep:] = _SPARES[keep:], []
+    for c in extra:
+        c.close()  # end-of-file: an idle child exits
+    if not reusable:
+        child.close()
+        if child.proc.poll() is None:  # we are being torn down mid-job: take the child with us
+            child.proc.kill()
+        try:
+            child.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            log.warning("training process %s did not exit", child.proc.pid)
+        threading.Thread(target=warm_up, name="lab-spare-worker", daemon=True).start()
+
+
 def warm_up(n: Optional[int] = None) -> None:
-    """Keep `n` (default: as many as last asked for) spare worker processes started, so that as many
-    runs submitted at once each start at once instead of after a 1.5-5 s import of torch."""
+    """Keep `n` (default: as many as last asked for) worker processes started, busy or spare, so that
+    as many runs submitted at once each start at once instead of after a 1.5-5 s import of torch."""
     global _WANTED
     with _SPARE_LOCK:
         if n is not None:
             _WANTED = max(_WANTED, n)
         _SPARES[:] = [c for c in _SPARES if c.proc.poll() is None]
         try:
-            while len(_SPARES) < _WANTED:
+            while len(_SPARES) + _BUSY < _WANTED:
                 _SPARES.append(_Child())
         except OSError:
             log.warning("could not start a spare training process", exc_info=True)
@@ -156,12 +184,13 @@ def run_in_process(
     proc, ctrl, events = child.proc, child.ctrl, child.events
     outcome: dict[str, tuple[str, Optional[str]]] = {}
     sent: set[str] = set()
+    reusable = False
     try:
         try:
             ctrl.send(("run", str(store.root), run_ids, threads, train_fn))
         except OSError:
             pass  # died while idle: reported below from its exit code
-        while True:
+        while len(outcome) < len(run_ids):
             for rid, ev in stops.items():
                 if ev.is_set() and rid not in sent:
                     sent.add(rid)
@@ -174,18 +203,14 @@ def run_in_process(
                     continue
                 msg = events.recv()
             except (EOFError, OSError):
-                break
+                break  # the child died
             if msg[0] == "step":
                 on_record(msg[1], msg[2])
             elif msg[0] == "done":
                 outcome[msg[1]] = (msg[2], msg[3])
-        proc.wait()
+        reusable = len(outcome) == len(run_ids) and proc.poll() is None
     finally:
-        child.close()
-        if proc.poll() is None:  # we are being torn down: take the child with us
-            proc.kill()
-            proc.wait(5)
-        threading.Thread(target=warm_up, name="lab-spare-worker", daemon=True).start()  # the slot's next child
+        _release(child, reusable)
     missing = [rid for rid in run_ids if rid not in outcome]
     if missing:
         outcome.update(_fail_all(store, missing, _exit_message(proc.returncode)))
@@ -239,40 +264,76 @@ def _fail_all(store: RunStore, run_ids: list[str], error: str) -> dict[str, tupl
 
 
 # ---- the child --------------------------------------------------------------------------
-def child_main(root: str, run_ids: list[str], threads: int, ctrl: Any, events: Any,
+class _Inbox:
+    """The child's one reader of the control pipe. A "run" message registers the job's stop flags
+    here, before the next message is read, so a "stop" that follows at once is never missed; the
+    job then waits in `jobs` for the main thread. End-of-file (the app died) marks the current
+    job's runs interrupted and ends the process at once."""
+
+    def __init__(self, ctrl: Any) -> None:
+        self.ctrl = ctrl
+        self.jobs: queue.Queue = queue.Queue()  # (root, run_ids, threads, train_fn, stops)
+        self.lock = threading.Lock()
+        self.root: Optional[str] = None  # the current job's store, while it has one
+        self.stops: dict[str, threading.Event] = {}
+        threading.Thread(target=self._listen, name="lab-parent-watch", daemon=True).start()
+
+    def finished(self, stops: dict[str, threading.Event]) -> None:
+        """The main thread is done with the job of `stops` (its runs are recorded as ended): they
+        are no longer ours to mark. A next job already registered stays registered."""
+        with self.lock:
+            if self.stops is stops:
+                self.root, self.stops = None, {}
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                msg = self.ctrl.recv()
+            except (EOFError, OSError):  # the app died: leave the runs readable as interrupted
+                with self.lock:
+                    root, run_ids = self.root, list(self.stops)
+                if root is not None:
+                    _mark_interrupted(RunStore(Path(root)), run_ids)
+                os._exit(3)
+            if msg[0] == "run":
+                _, root, run_ids, threads, train_fn = msg
+                stops = {rid: threading.Event() for rid in run_ids}
+                with self.lock:
+                    self.root, self.stops = root, stops
+                self.jobs.put((root, run_ids, threads, train_fn, stops))
+            elif msg[0] == "stop":
+                with self.lock:
+                    if msg[1] in self.stops:
+                        self.stops[msg[1]].set()
+
+
+def _mark_interrupted(store: RunStore, run_ids: list[str]) -> None:
+    for rid in run_ids:
+        try:
+            if store.status(rid).get("state") in LIVE_STATES:
+                store.set_status(rid, "interrupted", error="the app stopped while this run was training",
+                                 finished_at=now_iso())
+        except Exception:
+            pass
+
+
+def child_main(root: str, run_ids: list[str], threads: int, stops: dict[str, threading.Event], events: Any,
+               finished: Callable[[dict[str, threading.Event]], None],
                train_fn: Optional[Callable[..., Any]] = None) -> None:
     """Train the runs of one job inside a worker process (see the module docstring)."""
     store = RunStore(Path(root))
-    stops = {rid: threading.Event() for rid in run_ids}
     send_lock = threading.Lock()
 
     def send(msg: tuple) -> None:
         with send_lock:
             events.send(msg)
 
-    def listen() -> None:
-        while True:
-            try:
-                msg = ctrl.recv()
-            except (EOFError, OSError):  # the app died: leave the runs readable as interrupted
-                for rid in run_ids:
-                    try:
-                        if store.status(rid).get("state") in LIVE_STATES:
-                            store.set_status(rid, "interrupted", error="the app stopped while this run was training",
-                                             finished_at=now_iso())
-                    except Exception:
-                        pass
-                os._exit(3)
-            if msg[0] == "stop" and msg[1] in stops:
-                stops[msg[1]].set()
-
-    threading.Thread(target=listen, name="lab-parent-watch", daemon=True).start()
-
     def relay(rid: str, rec: Record) -> None:
         if isinstance(rec, StepRecord):
             send(("step", rid, rec))
 
     outcome = execute(store, run_ids, stops, threads, relay, "thread", train_fn)
+    finished(stops)  # before "done": the parent may send the next job as soon as it has read it
     for rid, (state, error) in outcome.items():
         send(("done", rid, state, error))
     store.close()
@@ -288,17 +349,14 @@ def _preload() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m lab.worker CTRL_FD EVENTS_FD`: import torch, wait for one job, run it, exit."""
+    """`python -m lab.worker CTRL_FD EVENTS_FD`: import torch, then run jobs as they come, one at a
+    time, until the app closes the pipe (or dies)."""
     ctrl, events = Connection(int(argv[0]), writable=False), Connection(int(argv[1]), readable=False)
     _preload()
-
-    try:
-        msg = ctrl.recv()
-    except (EOFError, OSError):
-        return 0  # a spare the app no longer needs
-    _, root, run_ids, threads, train_fn = msg
-    child_main(root, run_ids, threads, ctrl, events, train_fn)
-    return 0
+    inbox = _Inbox(ctrl)
+    while True:
+        root, run_ids, threads, train_fn, stops = inbox.jobs.get()
+        child_main(root, run_ids, threads, stops, events, inbox.finished, train_fn)
 
 
 if __name__ == "__main__":

@@ -105,6 +105,29 @@ def test_exception_in_the_worker_process_is_failed_with_its_message(store):
     jm.shutdown(wait=True)
 
 
+def test_a_slot_reuses_its_worker_process_and_a_stop_right_after_the_start_reaches_it(store):
+    """Job after job in one process (no second import of torch); a failed job does not end it; a stop
+    sent the moment a reused worker is handed its run still stops that run."""
+    jm = JobManager(store, max_concurrent=1, mode="process")
+    first = jm.submit(CFG)
+    assert jm.wait(first, timeout=WAIT).state == "completed"
+    pid = store.status(first)["pid"]
+    assert pid != os.getpid()
+    failing = JobManager(store, max_concurrent=1, train_fn=boom, mode="process")  # same spare pool
+    bad = failing.submit(CFG)
+    assert failing.wait(bad, timeout=WAIT).state == "failed"
+    assert store.status(bad)["pid"] == pid
+    failing.shutdown(wait=True)
+    for _ in range(3):
+        victim = jm.submit(long_cfg())
+        wait_for(lambda: jm.status(victim).state == "running", timeout=WAIT)
+        assert jm.stop(victim) is True  # at once: the child may not have started the run yet
+        final = jm.wait(victim, timeout=WAIT)
+        assert final.state == "stopped", final
+        assert store.status(victim)["pid"] == pid and store.status(victim)["step"] < 20_000
+    jm.shutdown(wait=True)
+
+
 @pytest.mark.slow
 def test_killed_worker_process_is_failed_and_the_next_run_goes_on(store):
     jm = JobManager(store, max_concurrent=1, mode="process")
