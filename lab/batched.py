@@ -30,9 +30,9 @@ from torch.func import functional_call, vmap
 
 from lab.config import RunConfig
 from lab.records import EvalRecord, Record, SnapshotRecord, StepRecord
-from lab.tasks import IGNORE_INDEX, Batch, eval_batches, get_task
-from lab.trainer import (MAX_LOGGED_STEPS, TrainResult, autocast, build_model, evaluate, lr_at, probe_attention,
-                         resolve_device, set_threads, snapshot_steps, to_device)
+from lab.tasks import IGNORE_INDEX, Batch, eval_batches
+from lab.trainer import (MAX_LOGGED_STEPS, TrainResult, autocast, batch_source, build_model, evaluate, lr_at,
+                         probe_attention, resolve_device, set_threads, snapshot_steps, to_device)
 
 EPS = 1e-8  # torch.optim.AdamW's default, as make_optimizer uses
 
@@ -73,7 +73,6 @@ def train_batched(
     device = resolve_device(tc0.device)
     if device.type == "cpu":
         set_threads(threads or tc0.threads or 1)
-    task = get_task(cfg0.task.name)
     models = [build_model(c, device) for c in cfgs]  # each seeded from its own train.seed
     shell = models[0]  # runs the stacked parameters; its own values are never used
     names = [n for n, _ in shell.named_parameters()]
@@ -82,8 +81,9 @@ def train_batched(
     buffers = dict(shell.named_buffers())
     state = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in params.items()}  # AdamW m, v
     wd = {n: (tc0.weight_decay if _decays(n, p.dim() - 1) else 0.0) for n, p in params.items()}
-    gens = [torch.Generator().manual_seed(c.train.seed) for c in cfgs]
-    evals = {s: eval_batches(cfg0.task, "decoder", s, tc0.eval_samples) for s in ("eval", "ood")}
+    sources = [batch_source(c, device) for c in cfgs]  # each run's own batches, as it would get alone
+    evals = {s: [b.to(device) for b in eval_batches(cfg0.task, "decoder", s, tc0.eval_samples)]
+             for s in ("eval", "ood")}  # copied to the device once
     snaps = snapshot_steps(tc0)
     log_every = max(1, tc0.steps // MAX_LOGGED_STEPS)
     clip = tc0.grad_clip if tc0.grad_clip > 0 else float("inf")
@@ -143,7 +143,7 @@ def train_batched(
                 idx = torch.tensor(keep, device=device)
                 params = {n: p.detach()[idx].requires_grad_() for n, p in params.items()}
                 state = {n: (m[idx], v[idx]) for n, (m, v) in state.items()}
-            batches = [task.batch(cfgs[i].task, "decoder", tc0.batch_size, gens[i]) for i in live]
+            batches = [sources[i]() for i in live]
             T = max(b.inp.shape[1] for b in batches)
             inp = torch.stack([_pad(b.inp, T, 0) for b in batches])  # (k, B, T)
             tgt = torch.stack([_pad(b.tgt, T, IGNORE_INDEX) for b in batches])  # (k, B, T)

@@ -4,7 +4,9 @@ Sequence-to-sequence tasks produce a prompt and its answer. A decoder-only model
 `prompt SEP answer` and is scored on the answer positions only (minGPT's ignore_index
 convention); an encoder-decoder reads the prompt in the encoder and `SEP answer[:-1]` in the
 decoder. Language-model tasks (induction) produce one sequence and a mask of scored positions.
-Every batch uses a single length, so no padding or padding masks are ever needed. Exact-match
+Every batch uses a single length, so no padding or padding masks are ever needed. A batch is made
+on its generator's device (a CUDA generator makes it on the GPU: no copy per training step).
+Exact-match
 under teacher forcing equals greedy decoding being right: every step's argmax is the answer.
 """
 from __future__ import annotations
@@ -53,7 +55,7 @@ class Task:
         return length
 
     def gen_prompt(self, cfg: TaskConfig, length: int, n: int, gen: torch.Generator, split: str) -> Tensor:
-        return torch.randint(0, cfg.n_symbols, (n, length), generator=gen)
+        return torch.randint(0, cfg.n_symbols, (n, length), generator=gen, device=gen.device)
 
     def solve(self, cfg: TaskConfig, prompt: Tensor) -> Tensor:
         raise NotImplementedError
@@ -89,13 +91,13 @@ class Task:
               length: Optional[int] = None, split: str = "train") -> Batch:
         if length is None:
             lo, hi = cfg.min_len, cfg.max_len
-            length = int(torch.randint(lo, hi + 1, (1,), generator=gen))
+            length = int(torch.randint(lo, hi + 1, (1,), generator=gen, device=gen.device))  # a sync on a GPU
         prompt = self.gen_prompt(cfg, length, n, gen, split)  # (n, P)
         return self.layout(cfg, arch, prompt, self.solve(cfg, prompt))
 
     def layout(self, cfg: TaskConfig, arch: str, prompt: Tensor, answer: Tensor) -> Batch:
         n, p = prompt.shape
-        sep = torch.full((n, 1), self.sep(cfg), dtype=torch.long)
+        sep = torch.full((n, 1), self.sep(cfg), dtype=torch.long, device=prompt.device)
         if arch == "encoder-decoder":
             return Batch(inp=torch.cat([sep, answer[:, :-1]], 1), tgt=answer.clone(), src=prompt)
         full = torch.cat([prompt, sep, answer], 1)  # (n, P + 1 + A)
@@ -122,11 +124,12 @@ class Sort(Task):
     name, description = "sort", "Sort the symbols in ascending order (half the samples with many repeats)."
 
     def gen_prompt(self, cfg, length, n, gen, split):
-        x = torch.randint(0, cfg.n_symbols, (n, length), generator=gen)
+        dev = gen.device
+        x = torch.randint(0, cfg.n_symbols, (n, length), generator=gen, device=dev)
         few = max(1, cfg.n_symbols // 3)  # minGPT's demo: many repeats make sorting harder
-        base = torch.randint(0, cfg.n_symbols - few + 1, (n, 1), generator=gen)
-        rep = base + torch.randint(0, few, (n, length), generator=gen)
-        use_rep = torch.rand(n, 1, generator=gen) < 0.5
+        base = torch.randint(0, cfg.n_symbols - few + 1, (n, 1), generator=gen, device=dev)
+        rep = base + torch.randint(0, few, (n, length), generator=gen, device=dev)
+        use_rep = torch.rand(n, 1, generator=gen, device=dev) < 0.5
         return torch.where(use_rep, rep, x)
 
     def solve(self, cfg, prompt):
@@ -148,14 +151,14 @@ class Addition(Task):
         return length + 1
 
     def gen_prompt(self, cfg, length, n, gen, split):
-        a = torch.randint(0, 10, (n, length), generator=gen)
-        b = torch.randint(0, 10, (n, length), generator=gen)
-        return torch.cat([a, torch.full((n, 1), 10), b], 1)  # (n, 2L + 1), most significant first
+        a = torch.randint(0, 10, (n, length), generator=gen, device=gen.device)
+        b = torch.randint(0, 10, (n, length), generator=gen, device=gen.device)
+        return torch.cat([a, torch.full((n, 1), 10, device=gen.device), b], 1)  # (n, 2L + 1), most significant first
 
     def solve(self, cfg, prompt):
         length = (prompt.shape[1] - 1) // 2
         a, b = prompt[:, :length].flip(1), prompt[:, length + 1:].flip(1)  # least significant first
-        out, carry = [], torch.zeros(prompt.shape[0], dtype=torch.long)
+        out, carry = [], torch.zeros(prompt.shape[0], dtype=torch.long, device=prompt.device)
         for i in range(length):
             s = a[:, i] + b[:, i] + carry
             out.append(s % 10)
@@ -189,17 +192,17 @@ class ModularAddition(Task):
         return [] if split == "ood" else [2]
 
     @functools.lru_cache(maxsize=16)
-    def pairs(self, cfg: TaskConfig, split: str) -> Tensor:
+    def pairs(self, cfg: TaskConfig, split: str, device: torch.device = torch.device("cpu")) -> Tensor:
         p = cfg.modulus
         perm = torch.randperm(p * p, generator=torch.Generator().manual_seed(0))
         # at least one pair on each side: a small modulus with a high fraction must still hold one out
         n_train = min(p * p - 1, max(1, int(round(cfg.train_fraction * p * p))))
         idx = perm[:n_train] if split == "train" else perm[n_train:]
-        return torch.stack([idx // p, idx % p], 1)  # (N, 2)
+        return torch.stack([idx // p, idx % p], 1).to(device)  # (N, 2); copied to a GPU once
 
     def gen_prompt(self, cfg, length, n, gen, split):
-        pairs = self.pairs(cfg, "train" if split == "train" else "test")
-        return pairs[torch.randint(0, pairs.shape[0], (n,), generator=gen)]
+        pairs = self.pairs(cfg, "train" if split == "train" else "test", gen.device)
+        return pairs[torch.randint(0, pairs.shape[0], (n,), generator=gen, device=gen.device)]
 
     def solve(self, cfg, prompt):
         return (prompt.sum(1, keepdim=True)) % cfg.modulus
@@ -218,7 +221,7 @@ class Parity(Task):
         return 1
 
     def gen_prompt(self, cfg, length, n, gen, split):
-        return torch.randint(0, 2, (n, length), generator=gen)
+        return torch.randint(0, 2, (n, length), generator=gen, device=gen.device)
 
     def solve(self, cfg, prompt):
         return prompt.sum(1, keepdim=True) % 2
@@ -272,7 +275,7 @@ class Induction(Task):
 
     def batch(self, cfg, arch, n, gen, length=None, split="train"):
         if length is None:
-            length = int(torch.randint(cfg.min_len, cfg.max_len + 1, (1,), generator=gen))
+            length = int(torch.randint(cfg.min_len, cfg.max_len + 1, (1,), generator=gen, device=gen.device))
         seq, scored = induction_sequences(cfg.n_symbols, length, n, gen)
         tgt = seq[:, 1:].masked_fill(~scored[:, 1:], IGNORE_INDEX)
         return Batch(inp=seq[:, :-1].contiguous(), tgt=tgt)
@@ -280,11 +283,12 @@ class Induction(Task):
 
 def induction_sequences(vocab: int, length: int, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
     """(seq, scored): (n, length) tokens and a mask of positions predictable from a repeat."""
-    seq = torch.randint(0, vocab, (n, length), generator=gen)
+    dev = gen.device
+    seq = torch.randint(0, vocab, (n, length), generator=gen, device=dev)
     hi = max(2, length // 2)
-    period = torch.randint(2, hi + 1, (n, 1), generator=gen)  # (n, 1)
-    start = (torch.rand(n, 1, generator=gen) * (length - 2 * period + 1).clamp(min=1)).long()
-    pos = torch.arange(length)[None, :]  # (1, length)
+    period = torch.randint(2, hi + 1, (n, 1), generator=gen, device=dev)  # (n, 1)
+    start = (torch.rand(n, 1, generator=gen, device=dev) * (length - 2 * period + 1).clamp(min=1)).long()
+    pos = torch.arange(length, device=dev)[None, :]  # (1, length)
     src = start + (pos - start) % period  # where each repeated position copies from
     repeated = pos >= start + period
     seq = torch.where(repeated, seq.gather(1, src.clamp(max=length - 1)), seq)

@@ -1,8 +1,10 @@
 """The training loop: one synchronous function, callbacks with small frozen records, a stop check.
 
 No threads and no files here (see jobs.py and runs.py). Reproducible from the seed: the model is
-initialised from a forked global RNG seeded with `train.seed` and the data come from a per-run
-`torch.Generator`, so two runs with one config give the same numbers on the same device.
+initialised from a forked global RNG seeded with `train.seed`, the data come from a per-run
+`torch.Generator`, and dropout masks from the global RNG seeded with `train.seed` at the start, so
+two runs with one config give the same numbers on the same device (with dropout, when no other
+run trains in the same process at the same time: the app's worker processes run one at a time).
 """
 from __future__ import annotations
 
@@ -68,10 +70,29 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager:
 
 def to_device(b: Batch, device: torch.device) -> Batch:
     """A batch on the device without a host sync: on CUDA it is pinned and copied asynchronously."""
-    if device.type != "cuda":
+    if device.type != "cuda" or b.inp.device.type == "cuda":
         return b
     pin = Batch(b.inp.pin_memory(), b.tgt.pin_memory(), None if b.src is None else b.src.pin_memory())
     return pin.to(device)  # non_blocking copies
+
+
+def batch_source(cfg: RunConfig, device: torch.device, on_device: Optional[bool] = None) -> Callable[[], Batch]:
+    """The run's training batches, made where the model trains. On CUDA (`on_device`) the tokens come
+    from a generator on the GPU and only each batch's length (one integer) from a CPU generator, so no
+    step waits for a host-to-device copy or a sync. Elsewhere one CPU generator makes everything (the
+    streams a CPU run has always used; MPS gets them by copy)."""
+    task, tc, arch = get_task(cfg.task.name), cfg.train, cfg.model.arch
+    if not (device.type == "cuda" if on_device is None else on_device):
+        gen = torch.Generator().manual_seed(tc.seed)
+        return lambda: to_device(task.batch(cfg.task, arch, tc.batch_size, gen), device)
+    lengths = torch.Generator().manual_seed(tc.seed)
+    tokens = torch.Generator(device).manual_seed(tc.seed)
+    lo, hi = cfg.task.min_len, cfg.task.max_len
+
+    def draw() -> Batch:
+        length = int(torch.randint(lo, hi + 1, (1,), generator=lengths))
+        return task.batch(cfg.task, arch, tc.batch_size, tokens, length)
+    return draw
 
 
 def set_threads(n: int) -> None:
@@ -167,12 +188,14 @@ def train(
     device = resolve_device(tc.device)
     if device.type == "cpu":
         set_threads(threads or tc.threads or os.cpu_count() or 1)
-    task = get_task(cfg.task.name)
     model = build_model(cfg, device)
     model.train()
+    if cfg.model.dropout > 0:  # dropout masks come from the global generator: seed it per run, so a
+        torch.manual_seed(tc.seed)  # worker process (one run at a time, job after job) repeats a run exactly
     opt = make_optimizer(model, tc)
-    gen = torch.Generator().manual_seed(tc.seed)
-    evals = {s: eval_batches(cfg.task, cfg.model.arch, s, tc.eval_samples) for s in ("eval", "ood")}
+    next_batch = batch_source(cfg, device)
+    evals = {s: [b.to(device) for b in eval_batches(cfg.task, cfg.model.arch, s, tc.eval_samples)]
+             for s in ("eval", "ood")}  # copied to the device once
     snaps = snapshot_steps(tc)
     log_every = max(1, tc.steps // MAX_LOGGED_STEPS)
     clip = tc.grad_clip if tc.grad_clip > 0 else float("inf")
@@ -204,7 +227,7 @@ def train(
         lr = lr_at(step, tc)
         for g in opt.param_groups:
             g["lr"] = lr
-        b = to_device(task.batch(cfg.task, cfg.model.arch, tc.batch_size, gen), device)
+        b = next_batch()
         with amp:
             out = model(b.inp, b.src, b.tgt)
         opt.zero_grad(set_to_none=True)

@@ -6,7 +6,7 @@ import itertools
 import pytest
 import torch
 
-from lab.config import ARCHS, TASK_NAMES, ConfigError, ModelConfig, RunConfig, TaskConfig
+from lab.config import ARCHS, TASK_NAMES, ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.tasks import (
     IGNORE_INDEX,
     TASKS,
@@ -320,3 +320,29 @@ def test_batch_to_device_keeps_values():
     b = get_task("copy").batch(small("copy"), "encoder-decoder", 2, gen(0))
     c = b.to("cpu")
     assert batches_equal(b, c)
+
+
+@pytest.mark.parametrize("name, arch", [c for c in CASES if c[0] != "induction"])
+def test_the_gpu_batch_source_gives_right_answers_at_training_lengths(name, arch):
+    """The CUDA path of the trainer's batch source (tokens from a generator on the device, each batch's
+    length from a CPU generator: no sync per step), run here with the CPU as the device."""
+    from lab.trainer import batch_source
+
+    cfg = RunConfig(model=ModelConfig(arch=arch, n_ctx=64), task=small(name),
+                    train=TrainConfig(batch_size=8, seed=5))
+    task = get_task(name)
+    draws = [batch_source(cfg, torch.device("cpu"), on_device=True) for _ in range(2)]
+    lengths = torch.Generator().manual_seed(5)  # the source's length stream, drawn alone
+    seen = set()
+    for _ in range(25):
+        a, b = draws[0](), draws[1]()
+        assert batches_equal(a, b)  # reproducible from the seed
+        prompt, answer = split_layout(task, cfg.task, arch, a)
+        length = int(torch.randint(cfg.task.min_len, cfg.task.max_len + 1, (1,), generator=lengths))
+        assert prompt.shape == (8, task.prompt_len(cfg.task, length))
+        for p, ans in zip(prompt.tolist(), answer.tolist()):
+            assert ans == python_answer(name, cfg.task, p)
+        seen.add(prompt.shape[1])
+    assert seen == {task.prompt_len(cfg.task, n) for n in task.lengths(cfg.task, "train")}
+    cpu = batch_source(cfg, torch.device("cpu"))()  # the CPU path: one generator, as task.batch alone
+    assert batches_equal(cpu, task.batch(cfg.task, arch, 8, gen(5)))

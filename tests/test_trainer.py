@@ -122,6 +122,19 @@ def test_runs_are_reproducible_from_the_seed(arch):
     assert not all(torch.equal(a.state_dict[k], c.state_dict[k]) for k in a.state_dict)
 
 
+def test_runs_with_dropout_are_reproducible_in_one_process():
+    """Dropout masks come from the global generator: a run repeats exactly whatever ran before it in
+    the process (a worker process trains job after job)."""
+    cfg = replace(tiny_run(steps=10, eval_every=10), model=replace(tiny_run().model, dropout=0.3))
+    a, ra = run(cfg)
+    torch.rand(1000)  # anything else drawing from the global generator between the two runs
+    b, rb = run(cfg)
+    assert [r.loss for r in of(ra, StepRecord)] == [r.loss for r in of(rb, StepRecord)]
+    assert all(torch.equal(a.state_dict[k], b.state_dict[k]) for k in a.state_dict)
+    no_drop, rn = run(tiny_run(steps=10, eval_every=10))
+    assert [r.loss for r in of(rn, StepRecord)] != [r.loss for r in of(ra, StepRecord)]  # dropout was on
+
+
 def test_build_model_is_seeded_and_leaves_global_rng_alone():
     cfg = tiny_run()
     torch.manual_seed(123)
