@@ -109,9 +109,10 @@ def run_concurrency(quick: bool) -> list[str]:
     return lines + ["", "The app's default run (reverse, d 64, 2 layers, batch 64), one intra-op thread per run. Job "
                     "slots: the app's default (one per core; more runs wait in the queue), and 4 slots on purpose "
                     "(4 processes on 2 cores: oversubscribed). End to end: submit to the last finish (process "
-                    "start, eval, saving included); in training loops: tokens / the longest training loop. Process "
-                    "workers (the default) with the default slots: counts interleaved, best of 2 rounds; the "
-                    "others 1 round."]
+                    "start, eval, saving included); in training loops: tokens / (training-loop seconds summed over "
+                    "runs / runs training at a time). A slot's worker process trains job after job, so a queued "
+                    "run starts without importing torch again. Process workers (the default) with the default "
+                    "slots: counts interleaved, best of 2 rounds; the others 1 round."]
 
 
 def run_batched(quick: bool) -> list[str]:
