@@ -9,12 +9,16 @@ For each config and every positional encoding (PE), one training step of our mod
 at the same sizes, in the same process. The baseline has only a learned PE; every PE of ours is
 compared against that one baseline.
 
-One training step, identical for both models:
-    forward on fresh random tokens (B, T) with random targets (cross-entropy over all B*T positions)
-    zero_grad(set_to_none=True); backward; clip_grad_norm_(1.0); AdamW step
-Our AdamW comes from `make_optimizer` (two groups: decay on matrices, none on biases, norms and
-embeddings); the baseline gets a plain AdamW with the same groups, hyperparameters and the
-`foreach` / `fused` settings copied from ours, so the optimiser is not what differs.
+One training step on fresh random tokens (B, T) with random targets (cross-entropy over all B*T
+positions), the same arithmetic for both models:
+    ours:     `lab.trainer.train_step`, the step the app and the CLI run: forward, grads set to None,
+              backward, `lab.optim.clip_grad_norm` (1.0), `lab.optim.FastAdamW` (torch's fused
+              AdamW kernel, called directly)
+    baseline: the nanoGPT-style step: forward; zero_grad(set_to_none=True); backward;
+              torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); torch.optim.AdamW.step()
+Both optimisers are AdamW with the same two groups (decay on matrices, none on biases, norms and
+embeddings), hyperparameters and `fused` setting, and give the same numbers bit for bit
+(tests/test_optim.py); ours spends less Python per step (lab/optim.py says what the profiler showed).
 
 Timing (built for a shared, noisy 2-core machine): after a warm-up, `--repeats` rounds; in each
 round every model runs one block of `--steps` steps (about 0.25 s), in a fresh random order.
@@ -33,6 +37,7 @@ masking not discounted). The same formula is used for both models (their N_matmu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -50,8 +55,9 @@ except ImportError:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import lab
 from lab.config import POS_ENCODINGS, ModelConfig, RunConfig, TaskConfig, TrainConfig  # noqa: E402
-from lab.tasks import get_task  # noqa: E402
-from lab.trainer import build_model, make_optimizer  # noqa: E402
+from lab.optim import FastAdamW  # noqa: E402
+from lab.tasks import Batch, get_task  # noqa: E402
+from lab.trainer import build_model, make_optimizer, train_step  # noqa: E402
 
 try:
     from benchmarks.baseline_gpt import GPT  # python -m benchmarks.throughput
@@ -101,8 +107,15 @@ class Candidate:
     ours: bool
     blocks: list[float] = field(default_factory=list)  # seconds per step, one value per round
 
+    def __post_init__(self) -> None:
+        self.params = list(self.model.parameters())
+        self.fast = FastAdamW(self.opt)
+
     def step(self, idx: torch.Tensor, tgt: torch.Tensor) -> None:
-        loss = self.model(idx, None, tgt).loss if self.ours else self.model(idx, tgt)[1]
+        if self.ours:
+            train_step(self.model, Batch(idx, tgt), self.params, self.fast, 1.0, contextlib.nullcontext())
+            return
+        loss = self.model(idx, tgt)[1]
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)

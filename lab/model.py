@@ -95,11 +95,16 @@ class FeedForward(nn.Module):
         super().__init__()
         self.fc1 = nn.Linear(cfg.d_model, cfg.d_ff)
         self.fc2 = nn.Linear(cfg.d_ff, cfg.d_model)
-        self.act = nn.GELU() if cfg.activation == "gelu" else nn.ReLU()
-        self.drop = nn.Dropout(cfg.dropout)
+        self.act = F.gelu if cfg.activation == "gelu" else F.relu
+        self.p_drop = cfg.dropout
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(self.drop(self.act(self.fc1(x))))
+        return self.fc2(dropout(self.act(self.fc1(x)), self.p_drop, self.training))
+
+
+def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """F.dropout, skipped outright when it would do nothing (p = 0, the default, or eval mode)."""
+    return F.dropout(x, p, True) if p > 0 and training else x
 
 
 class Block(nn.Module):
@@ -114,36 +119,38 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig, causal: bool, cross: bool) -> None:
         super().__init__()
-        self.norm, self.causal = cfg.norm, causal
+        self.norm, self.causal, self.p_drop = cfg.norm, causal, cfg.dropout
         self.self_attn = Attention(cfg)
         self.cross_attn = Attention(cfg) if cross else None
         self.ff = FeedForward(cfg) if cfg.d_ff > 0 else None
         n_sub = 1 + int(cross) + int(cfg.d_ff > 0)
         make = (lambda: nn.LayerNorm(cfg.d_model)) if cfg.norm != "none" else nn.Identity
         self.norms = nn.ModuleList([make() for _ in range(n_sub)])
-        self.drop = nn.Dropout(cfg.dropout)
 
-    def _sub(self, x: Tensor, i: int, f) -> tuple[Tensor, Optional[Tensor]]:
-        if self.norm == "pre":
-            y, pattern = f(self.norms[i](x))
-            return x + self.drop(y), pattern
-        y, pattern = f(x)
-        out = x + self.drop(y)
-        return (self.norms[i](out) if self.norm == "post" else out), pattern
+    def _in(self, x: Tensor, norm: nn.Module) -> Tensor:
+        """A sublayer's input: normalised first with pre-LN."""
+        return norm(x) if self.norm == "pre" else x
+
+    def _out(self, x: Tensor, y: Tensor, norm: nn.Module) -> Tensor:
+        """The residual stream after a sublayer's output y: the sum, normalised after with post-LN."""
+        out = x + dropout(y, self.p_drop, self.training)
+        return norm(out) if self.norm == "post" else out
 
     def forward(
         self, x: Tensor, memory: Optional[Tensor], pe: PositionalEncoding, need_weights: bool
     ) -> tuple[Tensor, dict[str, Tensor]]:
         patterns: dict[str, Tensor] = {}
-        x, patterns["self"] = self._sub(x, 0, lambda h: self.self_attn(h, None, pe, self.causal, need_weights))
-        i = 1
+        norms = iter(self.norms)
+        norm = next(norms)
+        y, patterns["self"] = self.self_attn(self._in(x, norm), None, pe, self.causal, need_weights)
+        x = self._out(x, y, norm)
         if self.cross_attn is not None:
-            x, patterns["cross"] = self._sub(
-                x, i, lambda h: self.cross_attn(h, memory, None, False, need_weights)
-            )
-            i += 1
+            norm = next(norms)
+            y, patterns["cross"] = self.cross_attn(self._in(x, norm), memory, None, False, need_weights)
+            x = self._out(x, y, norm)
         if self.ff is not None:
-            x, _ = self._sub(x, i, lambda h: (self.ff(h), None))
+            norm = next(norms)
+            x = self._out(x, self.ff(self._in(x, norm)), norm)
         return x, patterns
 
 
@@ -160,7 +167,6 @@ class Transformer(nn.Module):
         self.cfg, self.vocab_size = cfg, vocab_size
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
         self.pos = build_positional(cfg)
-        self.drop = nn.Dropout(cfg.dropout)
         enc_dec = cfg.arch == "encoder-decoder"
         self.encoder = nn.ModuleList([Block(cfg, causal=False, cross=False) for _ in range(cfg.n_layers)]) if enc_dec else None
         self.decoder = nn.ModuleList([Block(cfg, causal=True, cross=enc_dec) for _ in range(cfg.n_layers)])
@@ -203,11 +209,11 @@ class Transformer(nn.Module):
         if self.encoder is not None:
             if src is None:
                 raise ValueError("an encoder-decoder model needs `src`")
-            h = self.drop(self.pos.embed(self.tok_emb(src)))  # (B, S, d)
+            h = dropout(self.pos.embed(self.tok_emb(src)), self.cfg.dropout, self.training)  # (B, S, d)
             h, enc = self._stack(self.encoder, h, None, need_weights)
             memory = self.enc_norm(h)
             attention.update({"enc_self": enc["self"]} if enc else {})
-        x = self.drop(self.pos.embed(self.tok_emb(idx)))  # (B, T, d)
+        x = dropout(self.pos.embed(self.tok_emb(idx)), self.cfg.dropout, self.training)  # (B, T, d)
         x, dec = self._stack(self.decoder, x, memory, need_weights)
         if dec:
             attention["dec_self"] = dec["self"]

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from lab.config import RunConfig, TrainConfig
 from lab.model import Transformer
+from lab.optim import FastAdamW, clip_grad_norm
 from lab.records import EvalRecord, Record, SnapshotRecord, StepRecord
 from lab.tasks import Batch, eval_batches, get_task, probe
 
@@ -133,6 +134,20 @@ def lr_at(step: int, tc: TrainConfig) -> float:
     return tc.lr * (tc.min_lr_ratio + (1 - tc.min_lr_ratio) * shape)
 
 
+def train_step(model: Transformer, b: Batch, params: list[Tensor], opt: FastAdamW, clip: float,
+               amp: contextlib.AbstractContextManager) -> tuple[Tensor, Tensor]:
+    """One optimisation step: forward, backward, clip the gradients' joint norm to `clip`, AdamW.
+    Returns (loss, grad norm before clipping), both on the device: no host sync here."""
+    with amp:
+        loss = model(b.inp, b.src, b.tgt).loss
+    for p in params:  # zero_grad(set_to_none=True), without walking the param groups
+        p.grad = None
+    loss.backward()
+    grad_norm = clip_grad_norm([p.grad for p in params if p.grad is not None], clip)
+    opt.step()
+    return loss, grad_norm
+
+
 @torch.no_grad()
 def evaluate(model: Transformer, batches: list[Batch], device: torch.device) -> tuple[float, float, float]:
     """(loss, token accuracy, exact-match) over scored positions of held-out batches."""
@@ -201,6 +216,7 @@ def train(
     clip = tc.grad_clip if tc.grad_clip > 0 else float("inf")
     amp = autocast(device)
     params = list(model.parameters())  # once: model.parameters() walks every module each call
+    fast_opt = FastAdamW(opt)
     # no host sync per step: loss and grad norm stay on the device except at the logged steps
 
     t0 = time.perf_counter()
@@ -228,18 +244,13 @@ def train(
         for g in opt.param_groups:
             g["lr"] = lr
         b = next_batch()
-        with amp:
-            out = model(b.inp, b.src, b.tgt)
-        opt.zero_grad(set_to_none=True)
-        out.loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
-        opt.step()
+        loss, grad_norm = train_step(model, b, params, fast_opt, clip, amp)
         step += 1
         tokens += b.inp.numel() + (b.src.numel() if b.src is not None else 0)
         last = step == tc.steps
         if step % log_every == 0 or last:
             now = time.perf_counter() - t0
-            loss_val = out.loss.item()
+            loss_val = loss.item()
             tps = (tokens - window[1]) / max(now - window[0], 1e-9)
             window = (now, tokens)
             emit(StepRecord(step, loss_val, lr, float(grad_norm), tokens, now, tps))
