@@ -76,6 +76,7 @@ TASK_VOCAB = get_task(TASK.name).vocab_size(TASK)
 TRAIN = TrainConfig()  # lr, betas, weight decay of the app's default run
 BLOCK_S = 0.25  # seconds per timed block when --steps is not given
 MODEL_S = 6.0  # timed seconds per model and config when --repeats is not given
+MIN_ROUNDS = 9  # at least: a median of paired ratios from 5 rounds (L's old count) moved by +-2% between runs
 
 
 def matmul_params(model: nn.Module) -> int:
@@ -185,7 +186,7 @@ def bench_config(name: str, pes: list[str], args, device: torch.device) -> list[
         timed_block(c, 4, batch, device)
     per = min(timed_block(c, 2, batch, device) for c in cands[:2])  # calibration
     steps = args.steps or max(2, round(BLOCK_S / per))
-    rounds = args.repeats or max(5, round(MODEL_S / (steps * per)))
+    rounds = args.repeats or max(MIN_ROUNDS, round(MODEL_S / (steps * per)))
     order = random.Random(0)
     for _ in range(rounds):  # interleaved, in a fresh random order each round
         for c in order.sample(cands, len(cands)):
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1, as the app's jobs)")
     ap.add_argument("--steps", type=int, default=0, help=f"steps per timed block (0 = about {BLOCK_S} s)")
     ap.add_argument("--repeats", type=int, default=0,
-                    help=f"interleaved rounds, one block per model each (0 = about {MODEL_S:.0f} s per model, >= 5)")
+                    help=f"interleaved rounds, one block per model each (0 = about {MODEL_S:.0f} s per model, >= {MIN_ROUNDS})")
     ap.add_argument("--no-control", dest="control", action="store_false",
                     help="leave out the (baseline) row: a second baseline timed as ours, whose ratio shows the noise")
     ap.add_argument("--json", action="store_true", help="also print one JSON object per row")
