@@ -30,9 +30,9 @@ from torch.func import functional_call, vmap
 
 from lab.config import RunConfig
 from lab.records import EvalRecord, Record, SnapshotRecord, StepRecord
-from lab.tasks import IGNORE_INDEX, Batch, eval_batches
-from lab.trainer import (MAX_LOGGED_STEPS, TrainResult, autocast, batch_source, build_model, evaluate, lr_at,
-                         probe_attention, resolve_device, set_threads, snapshot_steps, to_device)
+from lab.tasks import IGNORE_INDEX, Batch
+from lab.trainer import (MAX_LOGGED_STEPS, TrainResult, autocast, batch_source, build_model, device_eval_batches,
+                         evaluate, lr_at, probe_attention, resolve_device, set_threads, snapshot_steps, to_device)
 
 EPS = 1e-8  # torch.optim.AdamW's default, as make_optimizer uses
 
@@ -82,8 +82,7 @@ def train_batched(
     state = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in params.items()}  # AdamW m, v
     wd = {n: (tc0.weight_decay if _decays(n, p.dim() - 1) else 0.0) for n, p in params.items()}
     sources = [batch_source(c, device) for c in cfgs]  # each run's own batches, as it would get alone
-    evals = {s: [b.to(device) for b in eval_batches(cfg0.task, "decoder", s, tc0.eval_samples)]
-             for s in ("eval", "ood")}  # copied to the device once
+    evals = device_eval_batches(cfg0, device)  # batched runs are decoder-only and share their eval data
     snaps = snapshot_steps(tc0)
     log_every = max(1, tc0.steps // MAX_LOGGED_STEPS)
     clip = tc0.grad_clip if tc0.grad_clip > 0 else float("inf")

@@ -63,8 +63,7 @@ class FastAdamW:
     def step(self) -> None:
         grads = [[p.grad for p in params] for params in self.params]
         if not self.fused or any(g is None for gs in grads for g in gs):
-            self.opt.step()
-            self._lists = None  # torch may have created state: read it again next time
+            self.opt.step()  # (torch finds and updates the same state tensors in place)
             return
         for group, params, gs, (exp_avgs, exp_avg_sqs, steps) in zip(
                 self.opt.param_groups, self.params, grads, self._state_lists()):

@@ -70,11 +70,19 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager:
 
 
 def to_device(b: Batch, device: torch.device) -> Batch:
-    """A batch on the device without a host sync: on CUDA it is pinned and copied asynchronously."""
-    if device.type != "cuda" or b.inp.device.type == "cuda":
+    """The batch on `device` (itself if it is there already); a CPU batch bound for CUDA is pinned and
+    copied asynchronously, without a host sync."""
+    if b.inp.device == device:  # the CPU's every training step
         return b
-    pin = Batch(b.inp.pin_memory(), b.tgt.pin_memory(), None if b.src is None else b.src.pin_memory())
-    return pin.to(device)  # non_blocking copies
+    if device.type == "cuda" and b.inp.device.type == "cpu":
+        b = Batch(b.inp.pin_memory(), b.tgt.pin_memory(), None if b.src is None else b.src.pin_memory())
+    return b.to(device)  # non_blocking copies; no copy for a tensor already on the device
+
+
+def device_eval_batches(cfg: RunConfig, device: torch.device) -> dict[str, list[Batch]]:
+    """The run's held-out batches ("eval" at training lengths, "ood" beyond), copied to the device once."""
+    return {s: [to_device(b, device) for b in eval_batches(cfg.task, cfg.model.arch, s, cfg.train.eval_samples)]
+            for s in ("eval", "ood")}
 
 
 def batch_source(cfg: RunConfig, device: torch.device, on_device: Optional[bool] = None) -> Callable[[], Batch]:
@@ -209,8 +217,7 @@ def train(
         torch.manual_seed(tc.seed)  # worker process (one run at a time, job after job) repeats a run exactly
     opt = make_optimizer(model, tc)
     next_batch = batch_source(cfg, device)
-    evals = {s: [b.to(device) for b in eval_batches(cfg.task, cfg.model.arch, s, tc.eval_samples)]
-             for s in ("eval", "ood")}  # copied to the device once
+    evals = device_eval_batches(cfg, device)
     snaps = snapshot_steps(tc)
     log_every = max(1, tc.steps // MAX_LOGGED_STEPS)
     clip = tc.grad_clip if tc.grad_clip > 0 else float("inf")

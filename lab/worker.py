@@ -115,7 +115,14 @@ def _take_child() -> _Child:
             if child.proc.poll() is not None:
                 child.close()
                 child = None
-    return child if child is not None else _Child()
+    if child is None:
+        try:
+            child = _Child()
+        except BaseException:
+            with _SPARE_LOCK:
+                _BUSY -= 1  # no child to release: the job fails to start
+            raise
+    return child
 
 
 def _release(child: _Child, reusable: bool) -> None:
