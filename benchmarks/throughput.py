@@ -109,8 +109,8 @@ class Candidate:
     blocks: list[float] = field(default_factory=list)  # seconds per step, one value per round
 
     def __post_init__(self) -> None:
-        self.params = list(self.model.parameters())
-        self.fast = FastAdamW(self.opt)
+        if self.ours:  # what lab.trainer.train sets up once per run
+            self.params, self.fast = list(self.model.parameters()), FastAdamW(self.opt)
 
     def step(self, idx: torch.Tensor, tgt: torch.Tensor) -> None:
         if self.ours:

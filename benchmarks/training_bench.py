@@ -114,11 +114,11 @@ def concurrent_runs(modes=("process", "thread"), counts=(1, 2, 4), steps: int = 
         store = RunStore(tmp)
         jms = {m: JobManager(store, max_concurrent=slots, mode=m) for m in modes}
         for jm in jms.values():
-            jm.wait(jm.submit(_cfg(0, 20)), timeout=300)  # warm: imports, the spare worker process
+            jm.wait(jm.submit(_cfg(0, 20)), timeout=300)  # warm: imports, a worker process
+        time.sleep(SPARES_S)  # a warm server: every slot's worker has imported torch (and keeps it, job after job)
         for _ in range(rounds):
             for n in counts:
                 for m in modes:
-                    time.sleep(SPARES_S)  # a warm server: the slots' spare processes have imported torch
                     e2e, loop = _at_once(jms[m], store, n, steps)
                     old = best.get((m, n), [0.0, 0.0])
                     best[(m, n)] = [max(old[0], e2e), max(old[1], loop)]
