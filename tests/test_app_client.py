@@ -59,8 +59,9 @@ def frame(value: Any) -> pd.DataFrame:
 
 
 def compare(client, run_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Any]:
-    curves, finals, configs, params = client.predict(run_ids=run_ids, metric="train loss", x="step", smoothing=0.0,
-                                                     diff_only=True, api_name="/compare")
+    curves, finals, configs, params, timer = client.predict(run_ids=run_ids, metric="train loss", x="step",
+                                                            smoothing=0.0, diff_only=True, api_name="/compare")
+    assert timer == {"__type__": "update"}  # finished runs: the live timer is left off (no "active": True)
     assert curves["x_title"] == "step" and curves["y_title"] == "train loss"
     colours = client.predict(run_ids, api_name="/compare_colours")["color_map"]  # the second step of /compare
     curves = frame(curves)

@@ -19,7 +19,7 @@ from lab.jobs import JobManager, execute_run
 from lab.plots import bands_figure, params_figure, to_png
 from lab.runs import RunStore
 from ui.common import AppContext, short_label
-from ui.compare import compare_frames, group_frames, run_labels
+from ui.compare import compare_frames, group_frames, live_views, run_labels
 from ui.knobs import config_from_values
 
 BASE = config_from_values({"task.name": "copy", "task.max_len": 4, "model.d_model": 16, "model.n_heads": 2,
@@ -168,6 +168,29 @@ def test_group_frames_on_real_runs(grid_store):
     tb, _ = group_frames(ctx, ids[:2], "train loss", "time (s)", 0.0)
     times = [ctx.store.metrics(r).query("kind == 'train'").set_index("step")["elapsed_s"] for r in ids[:2]]
     np.testing.assert_allclose(tb["x"], pd.concat(times, axis=1, join="inner").mean(axis=1))
+
+
+def test_the_live_timer_stays_on_when_a_run_finishes_while_a_tick_reads_it(grid_store, monkeypatch):
+    """A run that ends between a tick's reads: the tick drew its curve cut short, so the timer must
+    stay on for one more tick (which reads the whole curve and then turns it off)."""
+    ctx, ids = grid_store
+    ctx.store.set_status(ids[0], "running")  # live, stamped with this (alive) process
+    read = ctx.store.metrics
+
+    def finishing(run_id: str) -> pd.DataFrame:
+        if ctx.store.status(run_id)["state"] == "running":
+            ctx.store.set_status(run_id, "completed")  # it ends just as the tick reads its metrics
+        return read(run_id)
+
+    monkeypatch.setattr(ctx.store, "metrics", finishing)
+    *views, timer = live_views(ctx, ids, "eval loss", "step", 0.0, True, True)
+    assert timer.active is True and ctx.store.status(ids[0])["state"] == "completed"
+    curves, finals, bands, groups = views
+    drawn = pd.DataFrame(curves.value["data"], columns=curves.value["columns"])
+    assert set(drawn["run"]) == set(run_labels(ctx, ids).values()) and len(finals) == 4
+    *_, timer = live_views(ctx, ids, "eval loss", "step", 0.0, True, True)
+    assert timer.active is False  # the next tick read every run finished, so it stops
+    assert groups.visible and bands.visible
 
 
 def test_compare_labels_lead_with_what_differs(grid_store):

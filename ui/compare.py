@@ -92,7 +92,9 @@ def run_labels(ctx: AppContext, run_ids: Optional[list[str]],
 
 
 def compare_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoothing: float,
-                   diff_only: bool) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Any]:
+                   diff_only: bool, with_params: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Any]:
+    """Curves, final metrics, config table and parameter figure (None without runs or `with_params`: the
+    live timer redraws only what changes while runs train)."""
     listing = ctx.store.list().set_index("run_id")
     labels = run_labels(ctx, run_ids, listing)
     run_ids = list(labels)
@@ -114,7 +116,7 @@ def compare_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smo
     if diff_only and len(configs) > 1:
         configs = configs.loc[:, configs.astype(str).nunique() > 1]
     configs = configs.rename(index=labels).reset_index(names="run")
-    parts = {labels[r]: param_breakdown(ctx.store.config(r)) for r in run_ids}
+    parts = {labels[r]: param_breakdown(ctx.store.config(r)) for r in run_ids} if with_params else {}
     return curves_df, finals.round(4), configs, params_figure(parts) if parts else None
 
 
@@ -178,6 +180,35 @@ def reset_curves() -> Any:
 
 def any_live(ctx: AppContext, run_ids: Optional[list[str]]) -> bool:
     return any(ctx.store.status(r).get("state") in LIVE_STATES for r in run_ids or [] if ctx.store.exists(r))
+
+
+def group_views(ctx: AppContext, run_ids: Optional[list[str]], metric: str, x: str, smoothing: float,
+                grouped: bool) -> tuple[gr.Plot, gr.Dataframe]:
+    """The grouped view: shown when grouping is on and some group has more than one seed."""
+    band_df, table_df = group_frames(ctx, run_ids or [], metric, x, smoothing) if run_ids else (None, None)
+    if not grouped or table_df is None or not (table_df["runs"] > 1).any():
+        return gr.Plot(visible=False), gr.Dataframe(visible=False)
+    fig = bands_figure(band_df, x, metric, title=f"{metric}: mean over seeds, band = min to max")
+    return gr.Plot(value=fig, visible=True), gr.Dataframe(value=table_df, visible=True)
+
+
+def live_views(ctx: AppContext, run_ids: Optional[list[str]], metric: str, x: str, smoothing: float,
+               diff_only: bool, grouped: bool) -> tuple:
+    """One tick of the live timer: curves, final metrics, grouped view, and the timer's next state.
+
+    Only a tick turns the timer off, and only one that found every selected run finished *before* it
+    read their metrics: a run that ends while a handler reads would otherwise leave its curve cut short
+    with nothing left to redraw it."""
+    live = any_live(ctx, run_ids)
+    curves_df, finals_df, *_ = compare_frames(ctx, run_ids or [], metric, x, smoothing, diff_only, False)
+    return gr.LinePlot(value=curves_df), finals_df, *group_views(ctx, run_ids, metric, x, smoothing, grouped), \
+        gr.Timer(active=live)
+
+
+def turn_on(live: bool) -> Any:
+    """The live timer's update from a change handler: on while a selected run is live, else left as it
+    is (an active timer's next tick redraws once more and turns it off: see live_views)."""
+    return gr.Timer(active=True) if live else gr.skip()
 
 
 def export(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoothing: float) -> list[str]:
@@ -249,28 +280,23 @@ def build_compare_tab(ctx: AppContext) -> CompareTab:
 
     @friendly
     def on_compare(run_ids: list[str], metric: str, x: str, smoothing: float, diff_only: bool):
+        starts = turn_on(any_live(ctx, run_ids))  # read before the frames: see live_views
         curves_df, *rest = compare_frames(ctx, run_ids, metric, x, smoothing, diff_only)
-        return gr.LinePlot(value=curves_df, x_title=x, y_title=metric), *rest
+        return gr.LinePlot(value=curves_df, x_title=x, y_title=metric), *rest, starts
 
     @friendly
     def on_colours(run_ids: list[str]):
         # a second step, once the new curves are in: see the note in ui/common.py
         return gr.LinePlot(color_map=colour_map(list(run_labels(ctx, run_ids).values())))
 
-    gr.on([c.change for c in settings], on_compare, inputs=settings, outputs=[curves, finals, configs, params],
+    gr.on([c.change for c in settings], on_compare, inputs=settings, outputs=[curves, finals, configs, params, timer],
           api_name="compare", trigger_mode="always_last").success(
         on_colours, inputs=pick, outputs=curves, api_name="compare_colours", show_progress="hidden")
 
     @friendly
     def on_groups(run_ids: list[str], metric: str, x: str, smoothing: float, grouped: bool):
-        """The grouped view (shown when grouping is on and some group has more than one seed), and the
-        live timer (on while a selected run is queued or running)."""
-        live = gr.Timer(active=any_live(ctx, run_ids))
-        band_df, table_df = group_frames(ctx, run_ids or [], metric, x, smoothing) if run_ids else (None, None)
-        if not grouped or table_df is None or not (table_df["runs"] > 1).any():
-            return gr.Plot(visible=False), gr.Dataframe(visible=False), live
-        fig = bands_figure(band_df, x, metric, title=f"{metric}: mean over seeds, band = min to max")
-        return gr.Plot(value=fig, visible=True), gr.Dataframe(value=table_df, visible=True), live
+        starts = turn_on(any_live(ctx, run_ids))  # read before the frames: see live_views
+        return *group_views(ctx, run_ids, metric, x, smoothing, grouped), starts
 
     group_inputs = [pick, metric, xaxis, smooth, group]
     gr.on([c.change for c in group_inputs], named(on_groups, snames[:4] + ["group"]), inputs=group_inputs,
@@ -278,8 +304,7 @@ def build_compare_tab(ctx: AppContext) -> CompareTab:
 
     @friendly
     def on_tick(run_ids: list[str], metric: str, x: str, smoothing: float, diff_only: bool, grouped: bool):
-        curves_df, finals_df, *_ = compare_frames(ctx, run_ids or [], metric, x, smoothing, diff_only)
-        return (gr.LinePlot(value=curves_df), finals_df, *on_groups(run_ids, metric, x, smoothing, grouped))
+        return live_views(ctx, run_ids, metric, x, smoothing, diff_only, grouped)
 
     timer.tick(on_tick, inputs=settings + [group], outputs=[curves, finals, bands, groups, timer],
                api_name="compare_live", show_progress="hidden")
