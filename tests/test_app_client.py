@@ -63,9 +63,10 @@ def compare(client, run_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.
                                                             smoothing=0.0, diff_only=True, api_name="/compare")
     assert timer == {"__type__": "update"}  # finished runs: the live timer is left off (no "active": True)
     assert curves["x_title"] == "step" and curves["y_title"] == "train loss"
-    colours = client.predict(run_ids, api_name="/compare_colours")["color_map"]  # the second step of /compare
+    # the second step of /compare: colours for the series the plot holds, in the selection's order
+    colours = client.predict(curves["value"], api_name="/compare_colours")["color_map"]
     curves = frame(curves)
-    assert set(colours) == set(curves["run"]) and len(set(colours.values())) == len(colours)
+    assert list(colours) == list(dict.fromkeys(curves["run"])) and len(set(colours.values())) == len(colours)
     return curves, frame(finals), frame(configs), params
 
 

@@ -113,9 +113,14 @@ def start_run(page, app, previous: str | None) -> str:
 
 
 def choose(page, dropdown: str, option: str) -> None:
+    """Pick `option` in the dropdown `dropdown` from its own list (another dropdown's list may still be
+    closing on a loaded machine: two lists can hold the same option), and wait for the list to close."""
+    from playwright.sync_api import expect
+
     page.locator(f"{dropdown} input").click()
-    page.get_by_role("option", name=option, exact=True).click()
+    page.locator(dropdown).get_by_role("option", name=option, exact=True).click()
     page.keyboard.press("Escape")
+    expect(page.locator(dropdown).get_by_role("option")).to_have_count(0)
     assert page.locator(f"{dropdown} input").input_value() == option
 
 

@@ -103,6 +103,8 @@ def compare_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smo
     empty = pd.DataFrame({"x": [], "value": [], "run": pd.Series([], dtype=object)})  # run: nominal, even empty
     curves_df = pd.concat(curves) if curves else empty
     curves_df = with_series(curves_df, "run", tuple(labels.values()), "x")  # runs without points yet included
+    order = pd.Categorical(curves_df["run"], categories=list(labels.values()))
+    curves_df = curves_df.iloc[order.argsort(kind="stable")]  # series appear in the selection's order
     finals = pd.DataFrame([{
         "run": labels[r], "state": listing.loc[r, "state"],
         "params": listing.loc[r].get("final.params"), "steps": listing.loc[r].get("step"),
@@ -176,6 +178,20 @@ def reset_curves() -> Any:
     a value left from other runs, the plot redraws on showing with the old runs' colour scale, which can
     win over the redraw for the new runs (seen in Chromium: new curves drawn without a stroke)."""
     return gr.LinePlot(value=None)
+
+
+def series_of(shown: Any) -> list[str]:
+    """The "run" series of a curve plot's value (PlotData or its dict, as the browser or a client sent it;
+    None for an empty plot), in order."""
+    if isinstance(shown, dict):
+        shown = shown.get("value", shown) if shown.get("__type__") == "update" else shown
+        columns, data = shown.get("columns"), shown.get("data")
+    else:
+        columns, data = getattr(shown, "columns", None), getattr(shown, "data", None)
+    if not columns or "run" not in columns or not data:
+        return []
+    at = columns.index("run")
+    return list(dict.fromkeys(row[at] for row in data))
 
 
 def any_live(ctx: AppContext, run_ids: Optional[list[str]]) -> bool:
@@ -285,13 +301,16 @@ def build_compare_tab(ctx: AppContext) -> CompareTab:
         return gr.LinePlot(value=curves_df, x_title=x, y_title=metric), *rest, starts
 
     @friendly
-    def on_colours(run_ids: list[str]):
-        # a second step, once the new curves are in: see the note in ui/common.py
-        return gr.LinePlot(color_map=colour_map(list(run_labels(ctx, run_ids).values())))
+    def on_colours(shown: Any):
+        # A second step, once the new curves are in (see the note in ui/common.py). The colours are for
+        # the series the plot now holds, not for the selection: a newer selection may already be in the
+        # picker while its curves are on their way, and a colour map naming series the plot lacks draws
+        # them without a stroke, with no later change of the map to redraw them.
+        return gr.LinePlot(color_map=colour_map(series_of(shown)))
 
     gr.on([c.change for c in settings], on_compare, inputs=settings, outputs=[curves, finals, configs, params, timer],
           api_name="compare", trigger_mode="always_last").success(
-        on_colours, inputs=pick, outputs=curves, api_name="compare_colours", show_progress="hidden")
+        on_colours, inputs=curves, outputs=curves, api_name="compare_colours", show_progress="hidden")
 
     @friendly
     def on_groups(run_ids: list[str], metric: str, x: str, smoothing: float, grouped: bool):
