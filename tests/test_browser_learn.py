@@ -96,7 +96,7 @@ def test_every_learn_page_renders_in_chromium(page, learn_app):
 
     # A stored run: pick it, then choose pages from the list (in reverse, so each one is a change).
     page.locator("#learn-run input").click()
-    page.get_by_role("option", name=f"learn-demo ({run_id[-6:]})").click()
+    page.locator("#learn-run").get_by_role("option", name=f"learn-demo ({run_id[-6:]})").click()
     trained = f"learn-demo ({run_id[-6:]}), its final weights after 80 steps"
     src = assert_page_shown(page, PAGES[-1].title, src, trained)
     for p in reversed(PAGES[:-1]):

@@ -108,7 +108,7 @@ def test_every_run_id_endpoint_refuses_path_tricks(client, app_server):
         shutil.copytree(app_server.runs_dir / real, decoy)
     endpoints = run_id_endpoints(client)
     mine = {"/poll", "/show_run", "/stop", "/delete_ask", "/delete", "/snapshot_steps", "/attention_for_run",
-            "/attention", "/positional_a", "/positional_b", "/compare", "/compare_colours", "/export"}
+            "/attention", "/positional_a", "/positional_b", "/compare", "/export"}
     assert mine <= set(endpoints), sorted(mine - set(endpoints))
 
     log_start, before = app_server.log_size(), app_server.run_folders()

@@ -119,7 +119,9 @@ def test_classroom_link_fills_the_knobs_and_hides_controls_in_chromium(browser_a
         # nor can the ablation grid vary a hidden control
         page.get_by_text("Ablation grid").click()
         page.locator("#grid-axis-1 input").click()
-        options = [o.strip() for o in page.get_by_role("option").all_inner_texts()]
+        listed = page.locator("#grid-axis-1").get_by_role("option")
+        listed.first.wait_for()  # the list is open
+        options = [o.strip() for o in listed.all_inner_texts()]
         assert "seed" in options and "heads" in options and "PE" not in options and "norm" not in options, options
         page.keyboard.press("Escape")
         # the link made on this page carries the same experiment
