@@ -193,6 +193,17 @@ def test_the_live_timer_stays_on_when_a_run_finishes_while_a_tick_reads_it(grid_
     assert groups.visible and bands.visible
 
 
+def test_curves_list_their_runs_in_the_selection_order_even_before_a_run_has_points(grid_store, monkeypatch):
+    """The plot's colours follow the order its series appear in (ui/compare.py on_colours): a run with
+    no points yet (its placeholder row) must not move to the end."""
+    ctx, ids = grid_store
+    read = ctx.store.metrics
+    monkeypatch.setattr(ctx.store, "metrics", lambda r: read(r).iloc[:0] if r == ids[0] else read(r))
+    curves, *_ = compare_frames(ctx, ids, "eval loss", "step", 0.0, True, with_params=False)
+    assert list(dict.fromkeys(curves["run"])) == list(run_labels(ctx, ids).values())
+    assert curves[curves["run"] == run_labels(ctx, ids)[ids[0]]]["value"].isna().all()  # drawn as nothing
+
+
 def test_compare_labels_lead_with_what_differs(grid_store):
     ctx, ids = grid_store
     labels = run_labels(ctx, ids)

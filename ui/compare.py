@@ -91,11 +91,13 @@ def run_labels(ctx: AppContext, run_ids: Optional[list[str]],
     return {r: short_label({"run_id": r, **listing.loc[r].to_dict()}, varied) for r in run_ids}
 
 
-def compare_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoothing: float,
-                   diff_only: bool, with_params: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Any]:
+def compare_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoothing: float, diff_only: bool,
+                   with_params: bool = True, listing: Optional[pd.DataFrame] = None,
+                   ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Any]:
     """Curves, final metrics, config table and parameter figure (None without runs or `with_params`: the
-    live timer redraws only what changes while runs train)."""
-    listing = ctx.store.list().set_index("run_id")
+    live timer redraws only what changes while runs train). `listing`: the store's listing indexed by run
+    id, if the caller has read it already."""
+    listing = ctx.store.list().set_index("run_id") if listing is None else listing
     labels = run_labels(ctx, run_ids, listing)
     run_ids = list(labels)
     points = ctx.jobs.limits.max_live_points  # long runs: evenly thinned, so the page stays light
@@ -146,11 +148,12 @@ def _spread(values: pd.Series) -> str:
     return f"{v.mean():.3f} [{v.min():.3f}, {v.max():.3f}]" if len(v) > 1 else f"{v.iloc[0]:.3f}"
 
 
-def group_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str,
-                 smoothing: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+def group_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoothing: float,
+                 listing: Optional[pd.DataFrame] = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Seed repeats grouped by the other varied config values: band curves (group, step, x, mean, lo, hi,
-    n) and a table of final metrics per group as 'mean [min, max]' over its runs."""
-    listing = ctx.store.list().set_index("run_id")
+    n) and a table of final metrics per group as 'mean [min, max]' over its runs (`listing` as in
+    compare_frames)."""
+    listing = ctx.store.list().set_index("run_id") if listing is None else listing
     run_labels(ctx, run_ids, listing)  # validates the ids
     run_ids = list(dict.fromkeys(run_ids or []))
     groups = group_runs(_configs(listing, run_ids))
@@ -181,10 +184,9 @@ def reset_curves() -> Any:
 
 
 def series_of(shown: Any) -> list[str]:
-    """The "run" series of a curve plot's value (PlotData or its dict, as the browser or a client sent it;
-    None for an empty plot), in order."""
+    """The "run" series of a curve plot's value (PlotData, or its dict as a client sends it; None for an
+    empty plot), in order."""
     if isinstance(shown, dict):
-        shown = shown.get("value", shown) if shown.get("__type__") == "update" else shown
         columns, data = shown.get("columns"), shown.get("data")
     else:
         columns, data = getattr(shown, "columns", None), getattr(shown, "data", None)
@@ -199,9 +201,9 @@ def any_live(ctx: AppContext, run_ids: Optional[list[str]]) -> bool:
 
 
 def group_views(ctx: AppContext, run_ids: Optional[list[str]], metric: str, x: str, smoothing: float,
-                grouped: bool) -> tuple[gr.Plot, gr.Dataframe]:
+                grouped: bool, listing: Optional[pd.DataFrame] = None) -> tuple[gr.Plot, gr.Dataframe]:
     """The grouped view: shown when grouping is on and some group has more than one seed."""
-    band_df, table_df = group_frames(ctx, run_ids or [], metric, x, smoothing) if run_ids else (None, None)
+    band_df, table_df = group_frames(ctx, run_ids, metric, x, smoothing, listing) if run_ids else (None, None)
     if not grouped or table_df is None or not (table_df["runs"] > 1).any():
         return gr.Plot(visible=False), gr.Dataframe(visible=False)
     fig = bands_figure(band_df, x, metric, title=f"{metric}: mean over seeds, band = min to max")
@@ -214,11 +216,12 @@ def live_views(ctx: AppContext, run_ids: Optional[list[str]], metric: str, x: st
 
     Only a tick turns the timer off, and only one that found every selected run finished *before* it
     read their metrics: a run that ends while a handler reads would otherwise leave its curve cut short
-    with nothing left to redraw it."""
-    live = any_live(ctx, run_ids)
-    curves_df, finals_df, *_ = compare_frames(ctx, run_ids or [], metric, x, smoothing, diff_only, False)
-    return gr.LinePlot(value=curves_df), finals_df, *group_views(ctx, run_ids, metric, x, smoothing, grouped), \
-        gr.Timer(active=live)
+    with nothing left to redraw it. The store is listed once: liveness, curves and groups all use it."""
+    listing = ctx.store.list().set_index("run_id")  # read before any metrics
+    live = any(listing.loc[r, "state"] in LIVE_STATES for r in run_ids or [] if r in listing.index)
+    curves_df, finals_df, *_ = compare_frames(ctx, run_ids or [], metric, x, smoothing, diff_only, False, listing)
+    views = group_views(ctx, run_ids, metric, x, smoothing, grouped, listing)
+    return gr.LinePlot(value=curves_df), finals_df, *views, gr.Timer(active=live)
 
 
 def turn_on(live: bool) -> Any:
