@@ -12,9 +12,9 @@ from typing import Optional
 
 import gradio as gr
 
-from lab.jobs import JobManager
-from lab.limits import Limits
-from lab.runs import RunStore
+from lab.engine.jobs import JobManager
+from lab.engine.limits import Limits
+from lab.engine.store import RunStore
 from ui.common import AppContext
 from ui.compare import build_compare_tab
 from ui.inspect import build_inspect_tab

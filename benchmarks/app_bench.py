@@ -16,7 +16,7 @@ from typing import Any
 
 from lab.config import RunConfig, TrainConfig
 from lab.records import EvalRecord, StepRecord
-from lab.runs import RunStore
+from lab.engine.store import RunStore
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -73,7 +73,7 @@ def app_vs_cli(steps: int = 1000, rounds: int = 2) -> list[dict[str, Any]]:
     from gradio_client import Client
 
     from app import build_demo
-    from lab.jobs import JobManager
+    from lab.engine.jobs import JobManager
 
     cli_best, app_best, polls = 0.0, 0.0, 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -132,7 +132,7 @@ def _fake_runs(store: RunStore, n: int, points: int = 100) -> list[str]:
 def compare_200() -> dict[str, Any]:
     """ui.compare's Compare action (listing, table, overlaid curves, config diff, parameter chart)
     for 200 stored runs: seconds until everything it returns is built."""
-    from lab.jobs import JobManager
+    from lab.engine.jobs import JobManager
     from ui.common import AppContext
     from ui.compare import compare_frames, filtered, run_table
 
@@ -152,7 +152,7 @@ def compare_200() -> dict[str, Any]:
 
 def inspect_run() -> dict[str, Any]:
     """ui.inspect for a stored run: attention heatmap grid at a snapshot, and the PE PCA panel."""
-    from lab.jobs import JobManager, execute_run
+    from lab.engine.jobs import JobManager, execute_run
     from ui.common import AppContext
     from ui.inspect import attention_figures, positional_panel
 

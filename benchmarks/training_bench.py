@@ -12,10 +12,10 @@ import torch
 
 from lab.batched import train_batched
 from lab.config import RunConfig, TrainConfig
-from lab.jobs import JobManager
-from lab.presets import PRESETS
+from lab.engine.jobs import JobManager
+from lab.teach.presets import PRESETS
 from lab.records import EvalRecord, Record
-from lab.runs import RunStore
+from lab.engine.store import RunStore
 from lab.trainer import train
 
 
@@ -106,7 +106,7 @@ def concurrent_runs(modes=("process", "thread"), counts=(1, 2, 4), steps: int = 
     one intra-op thread each: aggregate tokens/s from submit to the last finish (end to end), and inside
     the training loops. Modes and counts are interleaved, `rounds` times; each figure is the best of its
     rounds."""
-    from lab.jobs import default_max_concurrent
+    from lab.engine.jobs import default_max_concurrent
 
     slots = slots or default_max_concurrent()
     best: dict[tuple[str, int], list[float]] = {}

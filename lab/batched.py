@@ -215,8 +215,8 @@ def execute_group(
 ) -> list[tuple[str, str, Optional[str]]]:
     """execute_run for a batched group: every run is recorded in the store as if trained alone.
     Returns (run_id, final state, error) per run; a failure fails every run of the group."""
-    from lab.jobs import error_line, run_recorder, summary_of
-    from lab.runs import now_iso
+    from lab.engine.jobs import error_line, run_recorder, summary_of
+    from lab.engine.store import now_iso
 
     for rid in run_ids:
         state = store.status(rid).get("state")

@@ -145,7 +145,7 @@ def open_store(runs_dir: Optional[str]):
     """The run store named by --runs-dir (or $LAB_RUNS_DIR); refuses a path that is not a folder."""
     import os
 
-    from lab.runs import RunStore
+    from lab.engine.store import RunStore
 
     if runs_dir is not None and (not runs_dir.strip() or "\0" in runs_dir):
         raise ConfigError("--runs-dir", f"{runs_dir!r} is not a folder path")
@@ -158,7 +158,7 @@ def open_store(runs_dir: Optional[str]):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from lab.jobs import execute_run, summary_of
+    from lab.engine.jobs import execute_run, summary_of
 
     cfg = config_from_args(args)  # validates before anything touches the store
     check_device(cfg.train.device)
@@ -196,7 +196,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from lab.runs import DamagedRunError
+    from lab.engine.store import DamagedRunError
 
     store = open_store(args.runs_dir)
     store.path(args.run_id)  # RunIdError before anything is read

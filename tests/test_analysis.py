@@ -1,4 +1,4 @@
-"""lab.analysis: parameter counts (closed form vs modules, BERT-base anchor), positional views,
+"""lab.views.analysis: parameter counts (closed form vs modules, BERT-base anchor), positional views,
 typed probes and attention patterns. Tiny configs only; no training."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from lab.analysis import (COMPONENTS, attention, block_params, load_model, module_params, param_breakdown,
-                          param_formula, parse_probe, positional_view, sampled_probe)
+from lab.params import COMPONENTS, block_params, module_params, param_breakdown, param_formula
+from lab.views.analysis import attention, load_model, parse_probe, positional_view, sampled_probe
 from lab.config import ARCHS, NORMS, POS_ENCODINGS, TASK_NAMES, ConfigError, ModelConfig, RunConfig, TaskConfig
 from lab.model import Block
 from lab.tasks import IGNORE_INDEX, get_task, probe

@@ -15,8 +15,8 @@ import pytest
 from gradio.blocks import BlocksConfig
 
 import app
-from lab.jobs import JobManager
-from lab.runs import RunStore
+from lab.engine.jobs import JobManager
+from lab.engine.store import RunStore
 from ui.knobs import KNOBS
 from ui.train import validate
 

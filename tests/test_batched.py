@@ -12,9 +12,9 @@ import torch
 
 from lab.batched import batch_key, train_batched
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.jobs import JobManager
+from lab.engine.jobs import JobManager
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
-from lab.runs import RunStore
+from lab.engine.store import RunStore
 from lab.trainer import train
 
 WAIT = 120.0

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from lab.presets import PRESETS
+from lab.teach.presets import PRESETS
 from tests.conftest import launch_app
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, LEGEND, LINES_DRAWN, VIEWPORT, WATCH_ERRORS, choose
 

@@ -11,9 +11,9 @@ import os
 import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.jobs import execute_run
-from lab.lesson_pages import PAGES
-from lab.runs import RunStore
+from lab.engine.jobs import execute_run
+from lab.teach.lesson_pages import PAGES
+from lab.engine.store import RunStore
 from tests.conftest import launch_app
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, VIEWPORT, WATCH_ERRORS
 

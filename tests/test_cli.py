@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.analysis import param_breakdown
+from lab.params import param_breakdown
 from lab.cli import main
 from lab.config import RunConfig
 

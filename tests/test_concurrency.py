@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.jobs import JobManager
-from lab.runs import RunStore
-from lab.storefs import process_token
+from lab.engine.jobs import JobManager
+from lab.engine.store import RunStore
+from lab.engine.storefs import process_token
 from tests.test_crash import descendants
 
 REPO = Path(__file__).resolve().parents[1]
@@ -156,8 +156,8 @@ def test_bad_mode_is_refused(store, monkeypatch):
 SERVER = """
 import sys, time
 from dataclasses import replace
-from lab.jobs import JobManager
-from lab.runs import RunStore
+from lab.engine.jobs import JobManager
+from lab.engine.store import RunStore
 from tests.test_concurrency import long_cfg
 
 if __name__ == "__main__":

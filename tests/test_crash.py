@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.runs import LIVE_STATES
-from lab.storefs import safetensors_problem
+from lab.engine.store import LIVE_STATES
+from lab.engine.storefs import safetensors_problem
 from tests.conftest import launch_app
 
 pytestmark = pytest.mark.slow

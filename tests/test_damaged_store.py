@@ -14,8 +14,8 @@ from typing import Callable
 import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.jobs import execute_run
-from lab.runs import DamagedRunError, RunStore
+from lab.engine.jobs import execute_run
+from lab.engine.store import DamagedRunError, RunStore
 from tests.test_run_ids import call_with, run_id_endpoints
 
 CFG = RunConfig(model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32, pos="learned"),

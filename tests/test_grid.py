@@ -10,14 +10,14 @@ import pandas as pd
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from lab.analysis import param_breakdown
+from lab.params import param_breakdown
 from lab.config import RunConfig, flatten
-from lab.grid import (AXES, MAX_RUNS, GridError, band, build_grid, estimate, group_runs, has_repeats, load_factor,
+from lab.teach.grid import (AXES, MAX_RUNS, GridError, band, build_grid, estimate, group_runs, has_repeats, load_factor,
                       parse_values,
                       run_seconds, varied_columns)
-from lab.jobs import JobManager, execute_run
-from lab.plots import bands_figure, params_figure, to_png
-from lab.runs import RunStore
+from lab.engine.jobs import JobManager, execute_run
+from lab.views.plots import bands_figure, params_figure, to_png
+from lab.engine.store import RunStore
 from ui.common import AppContext, short_label
 from ui.compare import compare_frames, group_frames, live_views, run_labels
 from ui.knobs import config_from_values

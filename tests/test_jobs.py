@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.jobs import JobManager, JobStatus, execute_run
+from lab.engine.jobs import JobManager, JobStatus, execute_run
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
-from lab.runs import RunStore
+from lab.engine.store import RunStore
 
 CFG = RunConfig(
     model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32),
@@ -187,9 +187,9 @@ def test_failing_job_is_failed_and_worker_goes_on(store):
 
 def test_an_error_outside_training_fails_the_run_but_keeps_the_worker(store, monkeypatch):
     """Even an exception the training wrapper does not catch leaves the slot working (one slot here)."""
-    import lab.jobs
+    import lab.engine.jobs
 
-    real, calls = lab.jobs.execute, []
+    real, calls = lab.engine.jobs.execute, []
 
     def flaky(*args, **kwargs):
         calls.append(1)
@@ -197,7 +197,7 @@ def test_an_error_outside_training_fails_the_run_but_keeps_the_worker(store, mon
             raise OSError("disk on fire")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(lab.jobs, "execute", flaky)
+    monkeypatch.setattr(lab.engine.jobs, "execute", flaky)
     jm = JobManager(store, max_concurrent=1, train_fn=FakeTrainer())
     bad, good = jm.submit(named("bad")), jm.submit(named("good"))
     st = jm.wait(bad, timeout=30)

@@ -11,15 +11,16 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from lab import lessons as L
-from lab.analysis import attention, param_formula
+from lab.teach import lessons
+from lab.params import param_formula
+from lab.views.analysis import attention
 from lab.config import ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.jobs import JobManager, execute_run
-from lab.lesson_figures import DRAW, page_figure
-from lab.lesson_pages import PAGE_KEYS, PAGES, markdown, page
+from lab.engine.jobs import JobManager, execute_run
+from lab.teach.lesson_figures import DRAW, page_figure
+from lab.teach.lesson_pages import PAGE_KEYS, PAGES, markdown, page
 from lab.model import Transformer
-from lab.plots import to_png
-from lab.runs import RunStore
+from lab.views.plots import to_png
+from lab.engine.store import RunStore
 from lab.tasks import get_task
 from lab.trainer import train
 from ui.common import AppContext
@@ -32,14 +33,14 @@ TINY = RunConfig(model=ModelConfig(n_layers=2, n_heads=2, d_model=16, d_ff=32, n
 TINY_ED = replace(TINY, model=replace(TINY.model, arch="encoder-decoder", pos="sinusoidal", norm="post"))
 
 
-def trained(cfg: RunConfig, name: str) -> L.Subject:
-    return L.Subject(cfg, train(cfg, threads=1).state_dict, name)
+def trained(cfg: RunConfig, name: str) -> lessons.Subject:
+    return lessons.Subject(cfg, train(cfg, threads=1).state_dict, name)
 
 
 @pytest.fixture(scope="module")
-def subjects() -> dict[str, L.Subject]:
+def subjects() -> dict[str, lessons.Subject]:
     return {"decoder": trained(TINY, "tiny decoder"), "encoder-decoder": trained(TINY_ED, "tiny enc-dec"),
-            "default": L.default_subject()}
+            "default": lessons.default_subject()}
 
 
 # ---- pages -------------------------------------------------------------------------------------------
@@ -67,9 +68,9 @@ def test_neighbour_pages_clamp_at_the_ends():
 @pytest.mark.parametrize("pos", ["learned", "rope", "alibi"])
 def test_first_layer_attention_is_what_the_model_computes(arch, pos):
     cfg = replace(TINY, model=replace(TINY.model, arch=arch, pos=pos))
-    s = L.Subject(cfg, None, "init")
+    s = lessons.Subject(cfg, None, "init")
     probe = s.probe()
-    a = L.first_layer_attention(s, probe)
+    a = lessons.first_layer_attention(s, probe)
     model_pattern = attention(s.model(), probe.batch)["dec_self"][0]  # (H, T, T), layer 0
     np.testing.assert_allclose(a.pattern, model_pattern, atol=1e-5)
     T, H, dk = len(probe.dec_labels), cfg.model.n_heads, cfg.model.d_head
@@ -83,12 +84,12 @@ def test_first_layer_attention_is_what_the_model_computes(arch, pos):
 
 def test_softmax_without_scaling_is_sharper_for_a_trained_model(subjects):
     s = subjects["decoder"]
-    a = L.first_layer_attention(s, s.probe())
+    a = lessons.first_layer_attention(s, s.probe())
     assert a.unscaled.max(-1).mean() > a.pattern.max(-1).mean()
 
 
 def test_dot_product_spread_grows_as_sqrt_dk_and_scaling_removes_it():
-    spread = L.dot_product_spread(n=4096)
+    spread = lessons.dot_product_spread(n=4096)
     np.testing.assert_allclose(spread["unscaled"], np.sqrt(spread["d_k"]), rtol=0.06)
     np.testing.assert_allclose(spread["scaled"], 1.0, rtol=0.06)
 
@@ -96,7 +97,7 @@ def test_dot_product_spread_grows_as_sqrt_dk_and_scaling_removes_it():
 @pytest.mark.parametrize("name", ["decoder", "encoder-decoder", "default"])
 def test_only_the_mask_keeps_the_future_out(subjects, name):
     s = subjects[name]
-    leak = L.causal_leak(s, s.probe())
+    leak = lessons.causal_leak(s, s.probe())
     t = leak.changed
     assert 0 < t < len(leak.masked)
     assert np.all(leak.masked[:t] == 0), leak.masked  # exactly: earlier outputs never see a later token
@@ -106,26 +107,26 @@ def test_only_the_mask_keeps_the_future_out(subjects, name):
 
 def test_learned_rows_past_the_training_length_never_move(subjects):
     s = subjects["decoder"]
-    pb = L.positions_beyond(s)
-    assert pb.train_len == L.train_len(s.cfg) == 4 + 1 + 4 - 1  # prompt, separator, answer, minus the last
+    pb = lessons.positions_beyond(s)
+    assert pb.train_len == lessons.train_len(s.cfg) == 4 + 1 + 4 - 1  # prompt, separator, answer, minus the last
     assert pb.n_ctx == 16 and pb.learned_moved.shape == (16,) and pb.learned_next.shape == (15,)
     assert np.all(pb.learned_moved[pb.train_len:] == 0)  # AdamW without decay on embeddings: untouched rows
     assert np.all(pb.learned_moved[:pb.train_len] > 0)
     assert pb.sin_next is not None and len(pb.sin_next) > pb.n_ctx  # sinusoidal goes past n_ctx
     assert np.ptp(pb.sin_next) < 1e-6  # PE[p].PE[p+1] depends on the offset only
-    untrained = L.positions_beyond(L.Subject(s.cfg, None, "init"))
+    untrained = lessons.positions_beyond(lessons.Subject(s.cfg, None, "init"))
     assert np.all(untrained.learned_moved == 0)
 
 
 def test_non_learned_runs_get_an_untrained_learned_table(subjects):
-    pb = L.positions_beyond(subjects["encoder-decoder"])  # sinusoidal
+    pb = lessons.positions_beyond(subjects["encoder-decoder"])  # sinusoidal
     assert "untrained learned table" in pb.learned_source and np.all(pb.learned_moved == 0)
     assert pb.train_len == 4  # the encoder reads the prompt, the decoder SEP + answer[:-1]
 
 
 def test_pre_and_post_ln_at_init(subjects):
-    r = L.norm_placement(subjects["decoder"].cfg)
-    assert r.n_layers == L.LN_MIN_LAYERS
+    r = lessons.norm_placement(subjects["decoder"].cfg)
+    assert r.n_layers == lessons.LN_MIN_LAYERS
     for key, g in r.grad.items():
         assert g.shape == (r.n_layers,) and np.all(np.isfinite(g)) and np.all(g > 0), key
     for init in ("xavier", "lab"):
@@ -137,16 +138,16 @@ def test_pre_and_post_ln_at_init(subjects):
 
 def test_ff_units_and_attention_only_models(subjects):
     s = subjects["decoder"]
-    z, act = L.ff_units(s, s.probe())
+    z, act = lessons.ff_units(s, s.probe())
     assert z.shape == (len(s.probe().dec_labels), TINY.model.d_ff)
     np.testing.assert_allclose(act, torch.nn.functional.gelu(torch.from_numpy(z)).numpy(), atol=1e-6)
-    no_ff = L.Subject(replace(TINY, model=replace(TINY.model, d_ff=0)), None, "attention-only")
-    assert L.ff_units(no_ff, no_ff.probe()) is None
+    no_ff = lessons.Subject(replace(TINY, model=replace(TINY.model, d_ff=0)), None, "attention-only")
+    assert lessons.ff_units(no_ff, no_ff.probe()) is None
 
 
 def test_embedding_table_is_the_models(subjects):
     s = subjects["decoder"]
-    table, labels, sim = L.embedding_table(s)
+    table, labels, sim = lessons.embedding_table(s)
     vocab = get_task("reverse").vocab_size(TINY.task)
     assert table.shape == (vocab, 16) and len(labels) == vocab and labels[-1] == "|"
     np.testing.assert_allclose(table, s.weights["tok_emb.weight"].double().numpy())
@@ -155,7 +156,7 @@ def test_embedding_table_is_the_models(subjects):
 
 @pytest.mark.parametrize("cfg", [TINY, TINY_ED, RunConfig()], ids=["decoder", "encoder-decoder", "default"])
 def test_parameter_count_against_layers_is_the_closed_form_and_the_model(cfg):
-    layers, parts = L.params_by_layers(cfg)
+    layers, parts = lessons.params_by_layers(cfg)
     assert list(layers) == list(range(1, 13))
     vocab = get_task(cfg.task.name).vocab_size(cfg.task)
     for n in (1, 2, 5):
@@ -201,7 +202,7 @@ def test_parameter_plot_bars_stack_to_the_closed_form_count(subjects):
 def test_cross_page_explains_decoder_only_and_decoder_only_tasks(subjects):
     _, caption = page_figure("cross", subjects["decoder"])
     assert "untrained encoder-decoder" in caption
-    ind = L.Subject(RunConfig(model=ModelConfig(n_ctx=64), task=TaskConfig(name="induction", min_len=8, max_len=16)),
+    ind = lessons.Subject(RunConfig(model=ModelConfig(n_ctx=64), task=TaskConfig(name="induction", min_len=8, max_len=16)),
                     None, "induction")
     fig, caption = page_figure("cross", ind)
     assert "No encoder-decoder" in caption and fig.axes
@@ -209,7 +210,7 @@ def test_cross_page_explains_decoder_only_and_decoder_only_tasks(subjects):
 
 def test_typed_probe_and_bad_probe(subjects):
     s = subjects["decoder"]
-    a = L.first_layer_attention(s, s.probe("3 1 2"))
+    a = lessons.first_layer_attention(s, s.probe("3 1 2"))
     assert a.labels == ["3", "1", "2", "|", "2", "1"]
     with pytest.raises(ConfigError, match="probe"):
         page_figure("qkv", s, "3 x 2")

@@ -1,4 +1,4 @@
-"""lab.plots: every builder returns a fresh Figure with the expected axes; PNG export; no pyplot
+"""lab.views.plots: every builder returns a fresh Figure with the expected axes; PNG export; no pyplot
 (global state) and no gradio anywhere in lab/."""
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from lab.analysis import COMPONENTS, attention, load_model, param_breakdown, positional_view, sampled_probe
+from lab.params import COMPONENTS, param_breakdown
+from lab.views.analysis import attention, load_model, positional_view, sampled_probe
 from lab.config import ModelConfig, RunConfig, TaskConfig
-from lab.plots import KIND_TITLES, attention_grid, curves_figure, params_figure, positional_figure, to_png
+from lab.views.plots import KIND_TITLES, attention_grid, curves_figure, params_figure, positional_figure, to_png
 
 LAB = Path(__file__).resolve().parents[1] / "lab"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -182,12 +183,12 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def test_lab_never_imports_pyplot_or_gradio():
-    files = sorted(LAB.glob("*.py"))
-    assert len(files) >= 10 and LAB / "plots.py" in files
+    files = sorted(LAB.rglob("*.py"))
+    assert len(files) >= 10 and LAB / "views" / "plots.py" in files
     for path in files:
         mods = _imported_modules(path)
         assert not {m for m in mods if m.startswith(("matplotlib.pyplot", "matplotlib.pylab", "pylab"))}, path
         assert not {m for m in mods if m.split(".")[0] == "gradio"}, path
         text = path.read_text(encoding="utf-8")
         assert "import_module(\"matplotlib.pyplot" not in text and "plt." not in text, path
-    assert "matplotlib.figure" in _imported_modules(LAB / "plots.py")
+    assert "matplotlib.figure" in _imported_modules(LAB / "views" / "plots.py")

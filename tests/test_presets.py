@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from lab.config import RunConfig
-from lab.jobs import summary_of
-from lab.presets import LN_RUNS, METRICS, PES, PRESETS, SEEDS, Preset
+from lab.engine.jobs import summary_of
+from lab.teach.presets import LN_RUNS, METRICS, PES, PRESETS, SEEDS, Preset
 from lab.records import EvalRecord, StepRecord
 from lab.tasks import get_task
 
@@ -236,7 +236,7 @@ def test_no_position_encoding_reverses_beyond_training():
 
 @pytest.mark.slow
 def test_encoder_decoder_reverses_with_anti_diagonal_cross_attention():
-    from lab.analysis import attention, load_model, sampled_probe
+    from lab.views.analysis import attention, load_model, sampled_probe
 
     preset = PRESETS["encoder_decoder"]
     r = Ran(preset)

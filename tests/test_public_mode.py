@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 
 from lab.config import ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.jobs import JobManager
-from lab.limits import ENV_NAMES, LimitError, Limits, check_admission, count_params, thin, valid_owner
-from lab.runs import RunIdError, RunStore
+from lab.engine.jobs import JobManager
+from lab.engine.limits import ENV_NAMES, LimitError, Limits, check_admission, count_params, thin, valid_owner
+from lab.engine.store import RunIdError, RunStore
 from tests.test_jobs import FakeTrainer, named, wait_for
 
 CFG = RunConfig(model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32), task=TaskConfig(name="copy", max_len=4),

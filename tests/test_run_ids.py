@@ -15,8 +15,8 @@ import pytest
 
 from lab import cli
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.jobs import JobManager
-from lab.runs import RunIdError, RunStore
+from lab.engine.jobs import JobManager
+from lab.engine.store import RunIdError, RunStore
 from tests.test_jobs import FakeTrainer
 from ui.knobs import KNOBS
 

@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 import torch
 
-import lab.runs as runs
+import lab.engine.store as runs
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
-from lab.runs import DamagedRunError, RunIdError, RunNotFoundError, RunStore
+from lab.engine.store import DamagedRunError, RunIdError, RunNotFoundError, RunStore
 
 REPO = Path(__file__).resolve().parents[1]
 CFG = RunConfig(
@@ -304,7 +304,7 @@ def test_reused_pid_reads_as_interrupted(store):
 
 def test_killed_process_reads_as_interrupted(store):
     run_id = store.create(CFG)
-    code = ("import sys, time; from lab.runs import RunStore; "
+    code = ("import sys, time; from lab.engine.store import RunStore; "
             "RunStore(sys.argv[1]).set_status(sys.argv[2], 'running', step=3); print('ready', flush=True); "
             "time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code, str(store.root), run_id], cwd=REPO,

@@ -8,14 +8,13 @@ from the app loads back into the same knobs.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from urllib.parse import parse_qsl
 
 import pytest
 
 from lab.config import RunConfig
-from lab.presets import PRESETS
+from lab.teach.presets import PRESETS
 from ui.knobs import KNOBS, config_from_values, query_string, values_from_config, values_from_query
 from ui.share import read_config_file
 

@@ -13,10 +13,10 @@ import gradio as gr
 import pytest
 
 import app
-from lab.grid import build_grid
-from lab.jobs import JobManager
-from lab.presets import PRESETS
-from lab.runs import RunStore
+from lab.teach.grid import build_grid
+from lab.engine.jobs import JobManager
+from lab.teach.presets import PRESETS
+from lab.engine.store import RunStore
 from tests.test_jobs import FakeTrainer
 from ui.grid import preview_text
 from ui.knobs import KNOBS, config_from_values

@@ -12,8 +12,8 @@ import gradio as gr
 import pandas as pd
 
 from lab.config import ConfigError
-from lab.jobs import JobManager
-from lab.runs import RunStore
+from lab.engine.jobs import JobManager
+from lab.engine.store import RunStore
 
 log = logging.getLogger("lab.app")
 TERMINAL = ("completed", "stopped", "failed", "interrupted")

@@ -15,12 +15,12 @@ from typing import Any, Optional
 import gradio as gr
 import pandas as pd
 
-from lab.analysis import param_breakdown
+from lab.params import param_breakdown
 from lab.config import ARCHS, NORMS, POS_ENCODINGS, TASK_NAMES
-from lab.grid import band, group_runs, varied_columns
-from lab.limits import thin
-from lab.plots import bands_figure, curves_figure, params_figure, to_png
-from lab.runs import LIVE_STATES
+from lab.teach.grid import band, group_runs, varied_columns
+from lab.engine.limits import thin
+from lab.views.plots import bands_figure, curves_figure, params_figure, to_png
+from lab.engine.store import LIVE_STATES
 from ui.common import (CURVES, X_AXES, AppContext, colour_map, compact, curve, friendly, named, short_label,
                        with_series)
 

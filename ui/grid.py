@@ -13,7 +13,7 @@ from typing import Any
 import gradio as gr
 
 from lab.config import ConfigError, RunConfig
-from lab.grid import AXES, MAX_AXES, MAX_RUNS, build_grid, estimate, load_factor
+from lab.teach.grid import AXES, MAX_AXES, MAX_RUNS, build_grid, estimate, load_factor
 from ui.common import AppContext, friendly, named, remember_runs
 from ui.compare import reset_curves, select
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values

@@ -12,9 +12,9 @@ from typing import Any, Optional
 import gradio as gr
 import pandas as pd
 
-from lab.analysis import attention, load_model, parse_probe, positional_view, sampled_probe
+from lab.views.analysis import attention, load_model, parse_probe, positional_view, sampled_probe
 from lab.config import ConfigError
-from lab.plots import KIND_TITLES, attention_grid, positional_figure
+from lab.views.plots import KIND_TITLES, attention_grid, positional_figure
 from ui.common import AppContext, friendly, named, short_label
 
 KINDS = ("enc_self", "dec_self", "cross")

@@ -12,10 +12,10 @@ from typing import Optional
 import gradio as gr
 
 from lab.config import ConfigError, flatten
-from lab.lesson_figures import page_figure
-from lab.lesson_pages import PAGE_KEYS, PAGES, markdown, page
-from lab.lessons import Subject, default_subject
-from lab.storefs import RunNotFoundError
+from lab.teach.lesson_figures import page_figure
+from lab.teach.lesson_pages import PAGE_KEYS, PAGES, markdown, page
+from lab.teach.lessons import Subject, default_subject
+from lab.engine.storefs import RunNotFoundError
 from ui.common import AppContext, friendly, named, short_label
 from ui.inspect import run_choices
 

@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 import gradio as gr
 
-from lab.presets import PRESETS, Preset
-from lab.runs import LIVE_STATES
-from lab.storefs import DamagedRunError, RunIdError, RunNotFoundError
+from lab.teach.presets import PRESETS, Preset
+from lab.engine.store import LIVE_STATES
+from lab.engine.storefs import DamagedRunError, RunIdError, RunNotFoundError
 from ui.common import AppContext, friendly, remember_runs
 from ui.compare import reset_curves, select
 

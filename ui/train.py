@@ -13,10 +13,10 @@ from typing import Any, Callable, Iterator, Optional
 import gradio as gr
 import pandas as pd
 
-from lab.analysis import param_breakdown
+from lab.params import param_breakdown
 from lab.config import ConfigError, RunConfig
-from lab.limits import thin, valid_owner
-from lab.runs import DamagedRunError, RunIdError, RunNotFoundError
+from lab.engine.limits import thin, valid_owner
+from lab.engine.store import DamagedRunError, RunIdError, RunNotFoundError
 from lab.tasks import get_task
 from ui.common import TERMINAL, AppContext, curve, friendly, named, with_series
 from ui.grid import GridPanel, axis_choices, build_grid_panel

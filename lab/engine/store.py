@@ -37,7 +37,7 @@ from safetensors.torch import load_file as _pt_load, save_file as _pt_save
 
 from lab.config import ConfigError, RunConfig, flatten
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
-from lab.storefs import (DamagedRunError, RunIdError, RunNotFoundError, _atomic, _atomic_write, _dumps,
+from lab.engine.storefs import (DamagedRunError, RunIdError, RunNotFoundError, _atomic, _atomic_write, _dumps,
                          _read_json, jsonl_problem, now_iso, process_alive, process_token, safetensors_problem,
                          sweep, temp_tag)
 

@@ -2,9 +2,9 @@
 
 A `Subject` is the model a page explains: a stored run's final weights, or the seeded
 initialisation of a config (a fresh, untrained model). Every function loads its own fresh
-model (`lab.analysis.load_model`), so nothing here touches a model a job is training.
+model (`lab.views.analysis.load_model`), so nothing here touches a model a job is training.
 Intermediate values of the first layer are read with forward hooks on that private instance,
-so they are exactly what the model computes (tests compare them with `lab.analysis.attention`).
+so they are exactly what the model computes (tests compare them with `lab.views.analysis.attention`).
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lab.analysis import ProbeInput, attention, load_model, param_formula, parse_probe, positional_view, sampled_probe
+from lab.params import param_formula
+from lab.views.analysis import ProbeInput, attention, load_model, parse_probe, positional_view, sampled_probe
 from lab.config import RunConfig
 from lab.model import Transformer
 from lab.positional import sinusoidal_table
@@ -290,7 +291,7 @@ def next_token_probs(subject: Subject, probe: ProbeInput) -> tuple[np.ndarray, l
 
 
 def params_by_layers(cfg: RunConfig, max_layers: int = 12) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """(layer counts 1..max, component -> count at each), from the closed form in lab.analysis."""
+    """(layer counts 1..max, component -> count at each), from the closed form in lab.views.analysis."""
     vocab = get_task(cfg.task.name).vocab_size(cfg.task)
     layers = np.arange(1, max(max_layers, cfg.model.n_layers) + 1)
     rows = [param_formula(replace(cfg.model, n_layers=int(n)), vocab) for n in layers]

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from lab.analysis import COMPONENTS, PositionalView
+from lab.params import COMPONENTS
+from lab.views.analysis import PositionalView
 
 KIND_TITLES = {
     "enc_self": "Encoder self-attention",

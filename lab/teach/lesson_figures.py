@@ -1,9 +1,9 @@
-"""One matplotlib figure per Learn page, drawn live from a `lab.lessons.Subject`, and a caption that
+"""One matplotlib figure per Learn page, drawn live from a `lab.teach.lessons.Subject`, and a caption that
 says what the picture shows, written from the measured values (never canned).
 
 `page_figure(key, subject, probe_text)` is the one entry point. Figures are fresh `Figure`s (never
 pyplot state) in colour-blind-safe colours (viridis / cividis / PuOr, Okabe-Ito lines), like
-lab.plots, whose attention grid the heads and cross-attention pages reuse.
+lab.views.plots, whose attention grid the heads and cross-attention pages reuse.
 """
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ import torch
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from lab import lessons as L
-from lab.analysis import COMPONENTS, ProbeInput, positional_view
+from lab.teach import lessons
+from lab.params import COMPONENTS
+from lab.views.analysis import ProbeInput, positional_view
 from lab.config import ConfigError
-from lab.lesson_pages import PAGE_KEYS
-from lab.plots import KIND_TITLES, attention_grid
+from lab.teach.lesson_pages import PAGE_KEYS
+from lab.views.plots import KIND_TITLES, attention_grid
 
 BLUE, ORANGE, GREEN, PINK, SKY, RED = "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00"
 MAX_TICKS = 24
@@ -60,8 +61,8 @@ def _text(message: str) -> Figure:
 
 
 # ---- the pages ---------------------------------------------------------------------------
-def embedding(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
-    table, labels, sim = L.embedding_table(s)
+def embedding(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
+    table, labels, sim = lessons.embedding_table(s)
     fig, (a1, a2) = _fig(2)
     _heat(fig, a1, table, f"E: {table.shape[0]} tokens x d_model {table.shape[1]}", rows=labels, cmap="PuOr",
           vmin=-_symmetric(table), vmax=_symmetric(table))
@@ -73,8 +74,8 @@ def embedding(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
                  f"random vectors of {table.shape[1]} numbers would give about {chance:.2f}.")
 
 
-def positional(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
-    pb = L.positions_beyond(s)
+def positional(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
+    pb = lessons.positions_beyond(s)
     fig, (a1, a2, a3) = _fig(3)
     view = positional_view(s.cfg, s.weights)
     if view.similarity is not None:
@@ -115,8 +116,8 @@ def positional(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     return fig, sin + moved
 
 
-def qkv(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
-    a = L.first_layer_attention(s, probe)
+def qkv(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
+    a = lessons.first_layer_attention(s, probe)
     fig, axes = _fig(3)
     lim = _symmetric(a.q[0], a.k[0], a.v[0])
     for ax, name, m in zip(axes, ("queries Q", "keys K", "values V"), (a.q[0], a.k[0], a.v[0])):
@@ -127,8 +128,8 @@ def qkv(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
                  f"V {np.abs(a.v).max():.2f}.")
 
 
-def scaling(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
-    spread, a = L.dot_product_spread(), L.first_layer_attention(s, probe)
+def scaling(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
+    spread, a = lessons.dot_product_spread(), lessons.first_layer_attention(s, probe)
     fig, (a1, a2, a3) = _fig(3)
     a1.loglog(spread["d_k"], spread["unscaled"], "o-", color=RED, label="q·k")
     a1.loglog(spread["d_k"], spread["scaled"], "o-", color=BLUE, label="q·k / √d_k")
@@ -147,8 +148,8 @@ def scaling(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
                  f"without the scaling it would be {peak_raw:.2f}.")
 
 
-def mask(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
-    a, leak = L.first_layer_attention(s, probe), L.causal_leak(s, probe)
+def mask(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
+    a, leak = lessons.first_layer_attention(s, probe), lessons.causal_leak(s, probe)
     fig, (a1, a2, a3) = _fig(3)
     _heat(fig, a1, np.where(a.future, np.nan, a.scores[0]), "scores + mask (grey = -inf)", rows=a.labels, cols=a.labels)
     _heat(fig, a2, a.pattern[0], "weights after softmax", rows=a.labels, cols=a.labels, vmin=0, vmax=1)
@@ -172,8 +173,8 @@ def mask(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
                  f"and by up to {unmasked:.2g} without it.")
 
 
-def softmax(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
-    a = L.first_layer_attention(s, probe)
+def softmax(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
+    a = lessons.first_layer_attention(s, probe)
     i = len(a.labels) - 1
     scores, weights = a.scores[0, i], a.pattern[0, i]
     visible = ~a.future[i]
@@ -192,8 +193,8 @@ def softmax(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
                  f"weight; {visible.sum()} keys are visible to this query and the weights sum to {weights.sum():.3f}.")
 
 
-def heads(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
-    pats = L.patterns(s, probe)
+def heads(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
+    pats = lessons.patterns(s, probe)
     kind = "enc_self" if "enc_self" in pats else "dec_self"
     labels = probe.src_labels if kind == "enc_self" else probe.dec_labels
     p = pats[kind]
@@ -205,8 +206,8 @@ def heads(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
                  f"{np.log(p.shape[-1]):.2f}).")
 
 
-def norm(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
-    r = L.norm_placement(s.cfg)
+def norm(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
+    r = lessons.norm_placement(s.cfg)
     fig, axes = _fig(3)
     layers = np.arange(r.n_layers)
     for ax, init, title in zip(axes[:2], ("xavier", "lab"), ("Xavier init (Xiong et al.)", "this lab's init (GPT-2)")):
@@ -239,8 +240,8 @@ def _alike(post: float, pre: float) -> str:
     return f": post-LN's last layer gets {ratio:.1f}x pre-LN's gradient."
 
 
-def ff(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
-    units = L.ff_units(s, probe)
+def ff(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
+    units = lessons.ff_units(s, probe)
     if units is None:
         return _text("This model is attention-only (d_ff = 0): its blocks have no feed-forward network. "
                      "Pick another run, or the untrained default model."), "Attention-only model: nothing to draw."
@@ -261,14 +262,14 @@ def ff(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
                  f"{act.max():.2f}.")
 
 
-def cross(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
+def cross(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     try:
-        ed = L.as_encoder_decoder(s)
+        ed = lessons.as_encoder_decoder(s)
     except ConfigError as exc:
         return _text(f"This task cannot run as an encoder-decoder ({exc}). Pick an encoder-decoder run, "
                      "e.g. from the Original encoder-decoder preset."), "No encoder-decoder for this task."
     probe = probe if ed is s else ed.probe()
-    p = L.patterns(ed, probe)["cross"]
+    p = lessons.patterns(ed, probe)["cross"]
     fig = attention_grid(p, probe.dec_labels, probe.src_labels, KIND_TITLES["cross"])
     n = p.shape[-1]
     rows = min(p.shape[2], n)
@@ -279,9 +280,9 @@ def cross(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
                  f"{best[1]}: {anti[best]:.0%} of its rows.")
 
 
-def output(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
-    probs, labels, tgt = L.next_token_probs(s, probe)
-    layers, parts = L.params_by_layers(s.cfg)
+def output(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
+    probs, labels, tgt = lessons.next_token_probs(s, probe)
+    layers, parts = lessons.params_by_layers(s.cfg)
     fig, (a1, a2) = _fig(2)
     _heat(fig, a1, probs, "p(next token) at each position", rows=probe.dec_labels, cols=labels, vmin=0, vmax=1)
     scored = np.flatnonzero(tgt >= 0)
@@ -303,13 +304,13 @@ def output(s: L.Subject, probe: ProbeInput) -> tuple[Figure, str]:
                  f"of the right answer: {right:.2f}.")
 
 
-DRAW: dict[str, Callable[[L.Subject, ProbeInput], tuple[Figure, str]]] = {
+DRAW: dict[str, Callable[[lessons.Subject, ProbeInput], tuple[Figure, str]]] = {
     "embedding": embedding, "positional": positional, "qkv": qkv, "scaling": scaling, "mask": mask,
     "softmax": softmax, "heads": heads, "norm": norm, "ff": ff, "cross": cross, "output": output,
 }
 
 
-def page_figure(key: str, subject: L.Subject, probe_text: str = "") -> tuple[Figure, str]:
+def page_figure(key: str, subject: lessons.Subject, probe_text: str = "") -> tuple[Figure, str]:
     """The page's figure and a caption of what it shows (the model shown comes first)."""
     if key not in DRAW:
         raise KeyError(f"page: {key!r} is not a Learn page (allowed: {', '.join(PAGE_KEYS)})")

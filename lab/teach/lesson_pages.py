@@ -2,7 +2,7 @@
 
 Prose, formula and picture side by side, in the manner of the Annotated Transformer (Rush 2018).
 Formulas are LaTeX between `$$` (display) or `$` (inline) for KaTeX. The pictures are drawn by
-`lab.lesson_figures`, from the data in `lab.lessons`. Pure text: no torch, no gradio.
+`lab.teach.lesson_figures`, from the data in `lab.teach.lessons`. Pure text: no torch, no gradio.
 """
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ ENV_NAMES = {"max_runs_per_user": "LAB_MAX_RUNS_PER_USER", "max_queue": "LAB_MAX
 
 def count_params(cfg: RunConfig) -> int:
     """Trainable parameters of the config's model, from the closed-form count (no model built)."""
-    from lab.analysis import param_breakdown
+    from lab.params import param_breakdown
 
     return sum(param_breakdown(cfg).values())
 

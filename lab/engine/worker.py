@@ -6,7 +6,7 @@ page responsive, isolates a crash or an out-of-memory kill, and lets two runs us
 (measured in benchmarks/RESULTS.md: two runs at once ~1.8x the throughput of one alone).
 
 Protocol (a job is one run, or a batched group of runs, see lab/batched.py):
-  - The child is `python -m lab.worker CTRL_FD EVENTS_FD`, a fresh interpreter (no fork of the
+  - The child is `python -m lab.engine.worker CTRL_FD EVENTS_FD`, a fresh interpreter (no fork of the
     threaded app, no re-import of the app's __main__). It imports torch once, then runs jobs one
     after another: a child whose job ended cleanly goes back to the spares, one per job slot, so
     runs start at once instead of after a 1.5-5 s import each.
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from lab.records import Record, StepRecord
-from lab.runs import LIVE_STATES, RunStore, now_iso
+from lab.engine.store import LIVE_STATES, RunStore, now_iso
 
 log = logging.getLogger(__name__)
 MODES = ("thread", "process")
@@ -70,7 +70,7 @@ def batch_seeds_default() -> bool:
 
 
 class _Child:
-    """A started `python -m lab.worker` process and our ends of its two pipes."""
+    """A started `python -m lab.engine.worker` process and our ends of its two pipes."""
 
     def __init__(self) -> None:
         c_ctrl, p_ctrl = os.pipe()  # parent writes, child reads
@@ -82,7 +82,7 @@ class _Child:
         # its own count: torch.set_num_threads overrides this)
         env.setdefault("OMP_NUM_THREADS", "1")
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "lab.worker", str(c_ctrl), str(c_ev)],
+            self.proc = subprocess.Popen([sys.executable, "-m", "lab.engine.worker", str(c_ctrl), str(c_ev)],
                                          pass_fds=(c_ctrl, c_ev), stdin=subprocess.DEVNULL, env=env)
         except BaseException:
             for fd in (p_ctrl, p_ev):
@@ -241,7 +241,7 @@ def execute(
         except Exception as exc:  # could not even start the process
             log.warning("could not start a training process", exc_info=True)
             return _fail_all(store, run_ids, f"could not start the training process: {exc}")
-    from lab.jobs import error_line, execute_run
+    from lab.engine.jobs import error_line, execute_run
 
     if len(run_ids) > 1:
         from lab.batched import execute_group
@@ -356,7 +356,7 @@ def _preload() -> None:
 
 
 def main(argv: list[str]) -> int:
-    """`python -m lab.worker CTRL_FD EVENTS_FD`: import torch, then run jobs as they come, one at a
+    """`python -m lab.engine.worker CTRL_FD EVENTS_FD`: import torch, then run jobs as they come, one at a
     time, until the app closes the pipe (or dies)."""
     ctrl, events = Connection(int(argv[0]), writable=False), Connection(int(argv[1]), readable=False)
     _preload()

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from lab.config import RunConfig
-from lab.limits import Limits, check_admission
+from lab.engine.limits import Limits, check_admission
 from lab.records import Record, SnapshotRecord, StepRecord
-from lab.runs import LIVE_STATES, TERMINAL_STATES, DamagedRunError, RunStore, now_iso
-from lab.worker import MODES, batch_seeds_default, default_mode, execute, warm_up
+from lab.engine.store import LIVE_STATES, TERMINAL_STATES, DamagedRunError, RunStore, now_iso
+from lab.engine.worker import MODES, batch_seeds_default, default_mode, execute, warm_up
 
 if TYPE_CHECKING:
     from lab.trainer import TrainResult

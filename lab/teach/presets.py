@@ -1,7 +1,7 @@
 """Presets: known results from SCIENCE.md, one click each (no gradio; plain data and text).
 
 A preset is a set of named runs, a "predict before you click" question, the Compare curve to open on,
-and `explain(results)`, which reads the runs' measured summaries (`lab.jobs.summary_of`) and says in
+and `explain(results)`, which reads the runs' measured summaries (`lab.engine.jobs.summary_of`) and says in
 1-3 sentences what happened and why, including when the expected result did not appear.
 `wall_s` is the measured wall time of the whole preset on the 2-core CPU dev machine (one intra-op
 thread per run, runs one after another, with other jobs on the machine): a guide, not a promise.
@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 
-Results = dict[str, dict[str, Any]]  # run name -> summary dict (lab.jobs.summary_of)
+Results = dict[str, dict[str, Any]]  # run name -> summary dict (lab.engine.jobs.summary_of)
 PES = ("alibi", "rope", "learned", "sinusoidal", "none")
 SEEDS = (1, 2)  # "Positions beyond training"
 METRICS = ("train loss", "eval loss", "exact-match (training lengths)", "exact-match (longer lengths)",
