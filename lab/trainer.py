@@ -105,7 +105,7 @@ def batch_source(cfg: RunConfig, device: torch.device, on_device: Optional[bool]
 
 
 def set_threads(n: int) -> None:
-    """Intra-op threads are process-wide; oversubscribing 2 cores slows steps 10-50x (SCIENCE.md)."""
+    """Intra-op threads are process-wide; oversubscribing 2 cores slows steps 10-50x (docs/SCIENCE.md)."""
     with _THREADS_LOCK:
         if torch.get_num_threads() != n:
             torch.set_num_threads(n)

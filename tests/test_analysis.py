@@ -176,7 +176,7 @@ def test_alibi_view_is_minus_slope_times_distance():
     assert v.table is None and v.pca is None and v.similarity is None
     assert isinstance(v.note, str) and "ALiBi" in v.note
     assert v.relative.shape == (4, 9, 9)
-    slopes = np.array([2**-2, 2**-4, 2**-6, 2**-8])  # SCIENCE.md, n = 4
+    slopes = np.array([2**-2, 2**-4, 2**-6, 2**-8])  # docs/SCIENCE.md, n = 4
     dist = np.abs(np.arange(9)[:, None] - np.arange(9)[None, :])
     np.testing.assert_allclose(v.relative, -slopes[:, None, None] * dist, rtol=1e-6, atol=1e-7)
 

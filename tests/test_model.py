@@ -22,7 +22,7 @@ VOCAB = 11
 @pytest.fixture(autouse=True, scope="module")
 def one_thread():
     """Tiny models are per-op overhead bound: two intra-op threads on a busy 2-core machine run
-    these tests ~4x slower than one (SCIENCE.md, thread oversubscription)."""
+    these tests ~4x slower than one (docs/SCIENCE.md, thread oversubscription)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

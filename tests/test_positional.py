@@ -1,4 +1,4 @@
-"""Positional encodings against their papers' formulas and reference values (SCIENCE.md)."""
+"""Positional encodings against their papers' formulas and reference values (docs/SCIENCE.md)."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""Presets tab: known results from SCIENCE.md, one click each (the runs live in lab/presets.py).
+"""Presets tab: known results from docs/SCIENCE.md, one click each (the runs live in lab/presets.py).
 
 Each preset shows its "predict before you click" question, its reference and its measured wall
 time. Its button launches all its runs and opens Compare on them with the preset's curve; a timer

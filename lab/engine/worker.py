@@ -20,7 +20,7 @@ Protocol (a job is one run, or a batched group of runs, see lab/batched.py):
   - A child that exits without "done" (killed, out of memory, segfault) leaves its runs
     "failed", with the exit code or signal in the message, and is replaced.
 One intra-op thread per child when several run at once (oversubscribing 2 cores slows steps
-10-50x, SCIENCE.md).
+10-50x, docs/SCIENCE.md).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Presets: known results from SCIENCE.md, one click each (no gradio; plain data and text).
+"""Presets: known results from docs/SCIENCE.md, one click each (no gradio; plain data and text).
 
 A preset is a set of named runs, a "predict before you click" question, the Compare curve to open on,
 and `explain(results)`, which reads the runs' measured summaries (`lab.engine.jobs.summary_of`) and says in
