@@ -14,24 +14,14 @@ import threading
 import time
 from typing import Any, NoReturn, Optional, Sequence, TextIO
 
-from lab.config import ARCHS, DEVICES, NORMS, POS_ENCODINGS, TASK_NAMES, ConfigError, RunConfig
+from lab.config import ConfigError, RunConfig, declared_fields
+from lab.fields import FieldInfo
 from lab.records import Record, StepRecord
 
-# flag -> (section, field). The section's dataclass validates; the flag only carries the value.
-FLAGS: dict[str, tuple[str, str, type]] = {
-    "--task": ("task", "name", str), "--min-len": ("task", "min_len", int), "--max-len": ("task", "max_len", int),
-    "--ood-len": ("task", "ood_len", int), "--n-symbols": ("task", "n_symbols", int),
-    "--arch": ("model", "arch", str), "--pos": ("model", "pos", str), "--norm": ("model", "norm", str),
-    "--n-layers": ("model", "n_layers", int), "--n-heads": ("model", "n_heads", int),
-    "--d-model": ("model", "d_model", int), "--d-ff": ("model", "d_ff", int),
-    "--dropout": ("model", "dropout", float), "--n-ctx": ("model", "n_ctx", int),
-    "--steps": ("train", "steps", int), "--batch-size": ("train", "batch_size", int), "--lr": ("train", "lr", float),
-    "--warmup": ("train", "warmup", int), "--weight-decay": ("train", "weight_decay", float),
-    "--eval-every": ("train", "eval_every", int), "--seed": ("train", "seed", int),
-    "--device": ("train", "device", str), "--threads": ("train", "threads", int),
-}
-CHOICES = {"--task": TASK_NAMES, "--arch": ARCHS, "--pos": POS_ENCODINGS, "--norm": NORMS, "--device": DEVICES}
-FIELD_TO_FLAG = {f"{sec}.{name}": flag for flag, (sec, name, _) in FLAGS.items()}
+# Every declared config field has a flag (lab/fields.py: "--d-model" for model.d_model, "--task" for
+# task.name); the section's dataclass validates, the flag only carries the value.
+FIELDS = {f.flag: f for f in declared_fields() if f.flag}
+FIELD_TO_FLAG = {f.key: flag for flag, f in FIELDS.items()}
 MAX_CONFIG_BYTES = 1024 * 1024
 _CONFIG_FILE = "a run config JSON file"
 
@@ -41,15 +31,14 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"lab: error: {message}\n")
 
 
-def _typed(flag: str, kind: type):
+def _typed(info: FieldInfo):
     def parse(text: str) -> Any:
         try:
-            return kind(text)
+            return info.kind(text)
         except ValueError:
-            what = "an integer" if kind is int else "a number"
-            sec, name, _ = FLAGS[flag]
-            raise argparse.ArgumentTypeError(f"{sec}.{name}: {text!r} is not {what}") from None
-    parse.__name__ = kind.__name__
+            what = "an integer" if info.kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{info.key}: {text!r} is not {what}") from None
+    parse.__name__ = info.kind.__name__
     return parse
 
 
@@ -57,10 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m lab", description="Transformer Ablation Lab: train and inspect toy runs.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     t = sub.add_parser("train", help="train one run and store it")
-    for flag, (sec, name, kind) in FLAGS.items():
-        extra = f" (one of: {', '.join(CHOICES[flag])})" if flag in CHOICES else ""
-        t.add_argument(flag, dest=f"{sec}.{name}", type=_typed(flag, kind) if kind is not str else str,
-                       default=None, metavar=name.upper(), help=f"{sec}.{name}{extra}")
+    for flag, info in FIELDS.items():
+        t.add_argument(flag, dest=info.key, type=_typed(info) if info.kind is not str else str, default=None,
+                       metavar=info.name.upper(), help=f"{info.label_help} (allowed: {info.allowed()}; "
+                       f"default {info.default!r})".replace("%", "%%"))
     t.add_argument("--config", help="a run config JSON file; flags override its values")
     t.add_argument("--name", default=None, help="a label for the run")
     t.add_argument("--runs-dir", help="run store folder (default: $LAB_RUNS_DIR or runs/)")
@@ -93,10 +82,10 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         except RecursionError:
             raise ConfigError("--config", f"{args.config!r} is nested too deeply (allowed: {_CONFIG_FILE})") from None
     sections: dict[str, dict[str, Any]] = {"model": {}, "task": {}, "train": {}}
-    for sec, name, _ in FLAGS.values():
-        value = getattr(args, f"{sec}.{name}")
+    for info in FIELDS.values():
+        value = getattr(args, info.key)
         if value is not None:
-            sections[sec][name] = value
+            sections[info.section][info.name] = value
     data = base.to_dict()
     for sec, values in sections.items():
         data[sec].update(values)

@@ -1,17 +1,21 @@
 """Run configuration: frozen dataclasses, validation, lossless JSON round-trip.
 
-One dataclass per component (model, task, train) composed into a `RunConfig`.
-Variants are made with `dataclasses.replace`. `__post_init__` only validates;
-derived values are properties. Every error names the field, the value and what
-is allowed. This module imports no torch, so the UI can validate cheaply.
+One dataclass per component (task, model, train) composed into a `RunConfig`. Each field is declared once
+with `knob(...)` (lab/fields.py): its default, bounds, label, one-line help, CLI flag, share key, widget
+and whether it is an ablation axis; validation, the CLI, the app's knobs, the grid's axes and Compare's
+columns all read that declaration. Variants are made with `dataclasses.replace`. `__post_init__` only
+validates; derived values are properties. Every error names the field, the value and what is allowed.
+This module imports no torch (task sizes come from lab/taskshapes.py), so the UI can validate cheaply.
 """
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
+
+from lab.fields import ConfigError, FieldInfo, Widget, iter_fields, knob, suggest, validate
+from lab.taskshapes import task_shape
 
 SCHEMA_VERSION = 1
 
@@ -35,66 +39,92 @@ SCHEDULES: tuple[str, ...] = get_args(Schedule)
 DEVICES: tuple[str, ...] = get_args(Device)
 
 
-class ConfigError(ValueError):
-    """A user-facing validation error that names the offending field."""
-
-    def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(f"{field_name}: {message}")
-        self.field = field_name
+def _dd(*options: object) -> Widget:
+    return Widget("dropdown", options=tuple(options))
 
 
-def _suggest(value: str, allowed: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(str(value), allowed, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"{value!r} is not one of {', '.join(allowed)}{hint}"
+def _slider(lo: float, hi: float, step: float = 1) -> Widget:
+    return Widget("slider", lo, hi, step)
 
 
-def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(name, _suggest(value, allowed))
+def _number(lo: float | None = None, hi: float | None = None) -> Widget:
+    return Widget("number", lo, hi)
 
 
-def _int(name: str, value: Any, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(name, f"{value!r} is not an integer (allowed: {lo} to {hi})")
-    if not lo <= value <= hi:
-        raise ConfigError(name, f"{value} is out of range (allowed: {lo} to {hi})")
+DROPDOWN, RADIO = Widget("dropdown"), Widget("radio")
 
 
-def _float(name: str, value: Any, lo: float, hi: float, lo_open: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise ConfigError(name, f"{value!r} is not a number (allowed: {lo} to {hi})")
-    if value > hi or value < lo or (lo_open and value == lo):
-        left = "above" if lo_open else "from"
-        raise ConfigError(name, f"{value} is out of range (allowed: {left} {lo} to {hi})")
+@dataclass(frozen=True)
+class TaskConfig:
+    """Which toy task, and the lengths it is trained and evaluated at."""
+
+    SECTION: ClassVar[str] = "task"
+    name: TaskName = knob("reverse", label="Task", help="What the model must learn (described beside the Start "
+                          "button).", widget=DROPDOWN, flag="--task", url="task", column="task", filter=True)
+    min_len: int = knob(1, label="Shortest training length", help="Training lengths are drawn from [shortest, "
+                        "longest].", lo=1, hi=512, widget=_slider(1, 32))
+    max_len: int = knob(8, label="Longest training length", help="Evaluation also runs on longer inputs (up to "
+                        "twice this), to test length generalisation.", lo=1, hi=512, widget=_slider(1, 32))
+    ood_len: int = knob(0, label="Longest evaluation length", help="Evaluation beyond training uses lengths up to "
+                        "this; 0 means twice the longest training length.", lo=0, hi=1024, widget=_number(0),
+                        advanced=True)
+    n_symbols: int = knob(10, label="Alphabet size", help="How many distinct symbols the inputs use (copy, reverse, "
+                          "sort, induction, histogram).", lo=2, hi=1000, widget=_slider(2, 64))
+    modulus: int = knob(97, label="Modulus p", help="modular_addition only: the model learns (a + b) mod p.",
+                        lo=2, hi=1000, widget=_number(2), advanced=True)
+    train_fraction: float = knob(0.3, label="Training fraction", help="modular_addition only: the share of all "
+                                 "(a, b) pairs seen in training; the rest are held out.", lo=0.0, hi=0.95,
+                                 lo_open=True, widget=_slider(0.05, 0.95, 0.05), advanced=True)
+
+    def __post_init__(self) -> None:
+        validate(self)
+        if self.max_len < self.min_len:
+            raise ConfigError(
+                "task.max_len", f"{self.max_len} is below min_len={self.min_len} (allowed: >= min_len)"
+            )
+        if self.ood_len and self.ood_len <= self.max_len:
+            raise ConfigError(
+                "task.ood_len",
+                f"{self.ood_len} must exceed max_len={self.max_len} (or be 0 for 2 * max_len)",
+            )
+
+    @property
+    def ood_max_len(self) -> int:
+        return self.ood_len or 2 * self.max_len
 
 
 @dataclass(frozen=True)
 class ModelConfig:
     """Architecture knobs. Vocabulary size comes from the task."""
 
-    arch: Arch = "decoder"  # GPT-style causal stack, or the original encoder-decoder
-    n_layers: int = 2  # blocks per stack (encoder and decoder each, for encoder-decoder)
-    n_heads: int = 4
-    d_model: int = 64
-    d_ff: int = 256  # feed-forward width; 0 = attention-only blocks
-    dropout: float = 0.0
-    activation: Activation = "gelu"
-    norm: Norm = "pre"  # pre-LN x + f(LN(x)); post-LN LN(x + f(x)); none
-    pos: PosEncoding = "learned"
-    n_ctx: int = 128  # longest sequence the model accepts (size of a learned PE table)
+    SECTION: ClassVar[str] = "model"
+    arch: Arch = knob("decoder", label="Architecture", help="decoder: one causal stack reads prompt|answer (GPT). "
+                      "encoder-decoder: the original paper, with cross-attention from decoder to encoder.",
+                      widget=RADIO, column="arch", filter=True)
+    pos: PosEncoding = knob("learned", label="Positional encoding", help="How the model knows token order: added "
+                            "vectors (sinusoidal, learned), rotated queries/keys (RoPE), a distance penalty on "
+                            "scores (ALiBi), or nothing.", widget=DROPDOWN, axis="PE", column="PE", filter=True)
+    norm: Norm = knob("pre", label="LayerNorm placement", help="pre: x + f(LN(x)) (GPT-2, stable); post: "
+                      "LN(x + f(x)) (the 2017 paper, needs warmup at high learning rates); none.", widget=RADIO,
+                      axis="norm", column="norm", filter=True)
+    n_heads: int = knob(4, label="Heads", help="Attention heads per layer; d_model must be divisible by it.",
+                        lo=1, hi=64, widget=_slider(1, 16), axis="heads", short="heads", column="heads")
+    n_layers: int = knob(2, label="Layers", help="Blocks per stack (encoder and decoder each, for "
+                         "encoder-decoder). Induction needs at least 2.", lo=1, hi=24, widget=_slider(1, 8),
+                         axis="layers", short="layers", column="layers")
+    d_model: int = knob(64, label="d_model", help="Width of the residual stream (embedding size).", lo=1, hi=4096,
+                        widget=_dd(16, 32, 48, 64, 96, 128, 192, 256), axis="d_model", column="d_model")
+    d_ff: int = knob(256, label="d_ff", help="Width of each feed-forward layer; 0 makes an attention-only model.",
+                     lo=0, hi=16384, widget=_number(0))
+    activation: Activation = knob("gelu", label="Activation", help="Non-linearity inside the feed-forward layer.",
+                                  widget=RADIO)
+    dropout: float = knob(0.0, label="Dropout", help="Randomly zeroes activations while training; 0 is best for "
+                          "toy tasks.", lo=0.0, hi=0.9, widget=_slider(0.0, 0.5, 0.05))
+    n_ctx: int = knob(128, label="Context length", help="Longest sequence the model accepts (the size of a learned "
+                      "PE table); the app sizes it to the task.", lo=1, hi=8192, url=None)
 
     def __post_init__(self) -> None:
-        _choice("model.arch", self.arch, ARCHS)
-        _int("model.n_layers", self.n_layers, 1, 24)
-        _int("model.n_heads", self.n_heads, 1, 64)
-        _int("model.d_model", self.d_model, 1, 4096)
-        _int("model.d_ff", self.d_ff, 0, 16384)
-        _float("model.dropout", self.dropout, 0.0, 0.9)
-        _choice("model.activation", self.activation, ACTIVATIONS)
-        _choice("model.norm", self.norm, NORMS)
-        _choice("model.pos", self.pos, POS_ENCODINGS)
-        _int("model.n_ctx", self.n_ctx, 1, 8192)
+        validate(self)
         if self.d_model % self.n_heads:
             raise ConfigError(
                 "model.d_model",
@@ -116,78 +146,46 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class TaskConfig:
-    """Which toy task, and the lengths it is trained and evaluated at."""
-
-    name: TaskName = "reverse"
-    min_len: int = 1  # training lengths are drawn uniformly from [min_len, max_len]
-    max_len: int = 8
-    ood_len: int = 0  # longest length for the beyond-training evaluation; 0 = 2 * max_len
-    n_symbols: int = 10  # alphabet size (copy, reverse, sort, induction, histogram)
-    modulus: int = 97  # modular_addition only
-    train_fraction: float = 0.3  # modular_addition: share of all (a, b) pairs used for training
-
-    def __post_init__(self) -> None:
-        _choice("task.name", self.name, TASK_NAMES)
-        _int("task.min_len", self.min_len, 1, 512)
-        _int("task.max_len", self.max_len, 1, 512)
-        if self.max_len < self.min_len:
-            raise ConfigError(
-                "task.max_len", f"{self.max_len} is below min_len={self.min_len} (allowed: >= min_len)"
-            )
-        _int("task.ood_len", self.ood_len, 0, 1024)
-        if self.ood_len and self.ood_len <= self.max_len:
-            raise ConfigError(
-                "task.ood_len",
-                f"{self.ood_len} must exceed max_len={self.max_len} (or be 0 for 2 * max_len)",
-            )
-        _int("task.n_symbols", self.n_symbols, 2, 1000)
-        _int("task.modulus", self.modulus, 2, 1000)
-        _float("task.train_fraction", self.train_fraction, 0.0, 0.95, lo_open=True)
-
-    @property
-    def ood_max_len(self) -> int:
-        return self.ood_len or 2 * self.max_len
-
-
-@dataclass(frozen=True)
 class TrainConfig:
     """Optimisation and bookkeeping."""
 
-    steps: int = 1000
-    batch_size: int = 64
-    lr: float = 3e-3
-    warmup: int = 100  # linear warmup steps, then `schedule` decays to min_lr_ratio * lr
-    schedule: Schedule = "cosine"
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.1  # AdamW; applied to matrices only, not biases, norms or embeddings
-    beta1: float = 0.9
-    beta2: float = 0.98
-    grad_clip: float = 1.0  # max global grad norm; 0 = no clipping
-    eval_every: int = 100  # steps between held-out evaluations (also at the last step)
-    eval_samples: int = 512
-    snapshots: int = 6  # attention snapshots of the probe input saved through training
-    seed: int = 0
-    device: Device = "auto"  # auto = CUDA, then MPS, then CPU
-    threads: int = 0  # intra-op CPU threads for this run; 0 = chosen by the runner
+    SECTION: ClassVar[str] = "train"
+    steps: int = knob(1000, label="Steps", help="Optimizer steps. 1000-2000 solve most tasks in under a minute.",
+                      lo=1, hi=1_000_000, widget=_number(1), column="steps")
+    batch_size: int = knob(64, label="Batch size", help="Sequences per step.", lo=1, hi=8192,
+                           widget=_dd(16, 32, 64, 128, 256))
+    lr: float = knob(3e-3, label="Learning rate", help="AdamW step size; too high diverges, especially with "
+                     "post-LN.", lo=0.0, hi=10.0, lo_open=True, widget=_number(0))
+    warmup: int = knob(100, label="Warmup steps", help="The learning rate ramps up linearly over these steps.",
+                       lo=0, hi=1_000_000, widget=_number(0))
+    schedule: Schedule = knob("cosine", label="LR schedule", help="After warmup the learning rate decays to the "
+                              "floor below (cosine, linear) or stays (constant).", widget=RADIO, advanced=True)
+    min_lr_ratio: float = knob(0.1, label="LR floor", help="The decay ends at this fraction of the learning rate.",
+                               lo=0.0, hi=1.0, widget=_number(0, 1), advanced=True)
+    weight_decay: float = knob(0.1, label="Weight decay", help="AdamW decay on weight matrices (not biases, norms, "
+                               "embeddings); grokking needs it.", lo=0.0, hi=10.0, widget=_number(0), advanced=True)
+    beta1: float = knob(0.9, label="Adam beta1", help="Momentum of the gradient average.", lo=0.0, hi=0.9999,
+                        widget=_number(0, 1), advanced=True)
+    beta2: float = knob(0.98, label="Adam beta2", help="Memory of the squared-gradient average.", lo=0.0,
+                        hi=0.99999, widget=_number(0, 1), advanced=True)
+    grad_clip: float = knob(1.0, label="Gradient clip", help="Largest global gradient norm; 0 turns clipping off.",
+                            lo=0.0, hi=1e6, widget=_number(0), advanced=True)
+    eval_every: int = knob(100, label="Evaluate every", help="Steps between held-out evaluations (and the last "
+                           "step).", lo=1, hi=1_000_000, widget=_number(1), advanced=True)
+    eval_samples: int = knob(512, label="Evaluation samples", help="Held-out sequences per evaluation.", lo=1,
+                             hi=100_000, widget=_number(1), advanced=True)
+    snapshots: int = knob(6, label="Attention snapshots", help="How many times during training the probe's "
+                          "attention is saved for the Inspect tab's step slider.", lo=0, hi=50,
+                          widget=_slider(0, 20), advanced=True)
+    seed: int = knob(0, label="Seed", help="Same seed, same run: initial weights and data are reproducible.", lo=0,
+                     hi=2**31 - 1, widget=_number(0), axis="seed", column="seed")
+    device: Device = knob("auto", label="Device", help="Where the run trains: auto = CUDA, then MPS, then the CPU "
+                          "(the server chooses in the app).", url=None)
+    threads: int = knob(0, label="CPU threads", help="Intra-op CPU threads for this run; 0 = chosen by the runner.",
+                        lo=0, hi=256, url=None)
 
     def __post_init__(self) -> None:
-        _int("train.steps", self.steps, 1, 1_000_000)
-        _int("train.batch_size", self.batch_size, 1, 8192)
-        _float("train.lr", self.lr, 0.0, 10.0, lo_open=True)
-        _int("train.warmup", self.warmup, 0, 1_000_000)
-        _choice("train.schedule", self.schedule, SCHEDULES)
-        _float("train.min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
-        _float("train.weight_decay", self.weight_decay, 0.0, 10.0)
-        _float("train.beta1", self.beta1, 0.0, 0.9999)
-        _float("train.beta2", self.beta2, 0.0, 0.99999)
-        _float("train.grad_clip", self.grad_clip, 0.0, 1e6)
-        _int("train.eval_every", self.eval_every, 1, 1_000_000)
-        _int("train.eval_samples", self.eval_samples, 1, 100_000)
-        _int("train.snapshots", self.snapshots, 0, 50)
-        _int("train.seed", self.seed, 0, 2**31 - 1)
-        _choice("train.device", self.device, DEVICES)
-        _int("train.threads", self.threads, 0, 256)
+        validate(self)
 
 
 @dataclass(frozen=True)
@@ -205,9 +203,7 @@ class RunConfig:
                 raise ConfigError(key, f"expected a {cls.__name__}")
         if not isinstance(self.name, str) or len(self.name) > 200:
             raise ConfigError("name", "must be a string of at most 200 characters")
-        from lab.tasks import get_task  # pure-python layout; avoids a circular import
-
-        needed = get_task(self.task.name).max_seq_len(self.task, self.model.arch)
+        needed = task_shape(self.task.name).max_seq_len(self.task, self.model.arch)
         if needed > self.model.n_ctx:
             raise ConfigError(
                 "model.n_ctx",
@@ -254,7 +250,7 @@ def _reject_unknown(prefix: str, data: dict[str, Any], cls: type) -> None:
     known = tuple(f.name for f in fields(cls))
     for key in data:
         if key not in known:
-            raise ConfigError(prefix + str(key), "unknown key; " + _suggest(key, known).split(" is ", 1)[1])
+            raise ConfigError(prefix + str(key), "unknown key; " + suggest(key, known).split(" is ", 1)[1])
 
 
 def _coerce(cls: type, key: str, value: Any) -> Any:
@@ -272,3 +268,11 @@ def flatten(cfg: RunConfig) -> dict[str, Any]:
         for f in fields(getattr(cfg, key)):
             out[f"{key}.{f.name}"] = getattr(getattr(cfg, key), f.name)
     return out
+
+
+SECTIONS = (TaskConfig, ModelConfig, TrainConfig)
+
+
+def declared_fields() -> tuple[FieldInfo, ...]:
+    """Every declared field of a run config, section by section (task, model, train)."""
+    return tuple(iter_fields(*SECTIONS))

@@ -19,8 +19,8 @@ from torch import Tensor
 
 from lab.config import ModelConfig
 from lab.positional import EMBED_STD, PositionalEncoding, build_positional
+from lab.taskshapes import IGNORE_INDEX
 
-IGNORE_INDEX = -100  # target value of positions left out of the loss (minGPT's convention)
 
 
 @dataclass

@@ -1,9 +1,10 @@
 """Toy sequence tasks: a registry of seeded generators of (input, target) batches.
 
-Sequence-to-sequence tasks produce a prompt and its answer. A decoder-only model reads
-`prompt SEP answer` and is scored on the answer positions only (minGPT's ignore_index
-convention); an encoder-decoder reads the prompt in the encoder and `SEP answer[:-1]` in the
-decoder. Language-model tasks (induction) produce one sequence and a mask of scored positions.
+Each task is its shape (lab/taskshapes.py: alphabet, lengths, layout rules) plus the torch code that
+generates prompts and answers. A decoder-only model reads `prompt SEP answer` and is scored on the answer
+positions only (minGPT's ignore_index convention); an encoder-decoder reads the prompt in the encoder and
+`SEP answer[:-1]` in the decoder. Language-model tasks (induction) produce one sequence and a mask of
+scored positions.
 Every batch uses a single length, so no padding or padding masks are ever needed. A batch is made
 on its generator's device (a CUDA generator makes it on the GPU: no copy per training step).
 Exact-match
@@ -18,9 +19,10 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from lab.config import ConfigError, TaskConfig
+from lab import taskshapes as shapes
+from lab.taskshapes import IGNORE_INDEX
+from lab.config import TaskConfig
 
-IGNORE_INDEX = -100
 EVAL_SEED = 1_000_003  # held-out batches never share the training generator's stream
 PROBE_SEED = 7
 
@@ -36,56 +38,15 @@ class Batch:
         return Batch(self.inp.to(device, non_blocking=True), self.tgt.to(device, non_blocking=True), src)
 
 
-class Task:
-    """A sequence-to-sequence task: subclasses define the prompt, the answer and the alphabet."""
-
-    name = ""
-    description = ""
-    lm = False  # language-model tasks score positions of one sequence (decoder only)
-    has_ood = True  # does a longer-than-training evaluation make sense?
-
-    # ---- what a subclass defines -----------------------------------------
-    def n_symbols(self, cfg: TaskConfig) -> int:
-        return cfg.n_symbols
-
-    def prompt_len(self, cfg: TaskConfig, length: int) -> int:
-        return length
-
-    def answer_len(self, cfg: TaskConfig, length: int) -> int:
-        return length
+class Task(shapes.TaskShape):
+    """A task's shape (lab/taskshapes.py) plus how to generate its batches: subclasses define the prompt
+    and its answer."""
 
     def gen_prompt(self, cfg: TaskConfig, length: int, n: int, gen: torch.Generator, split: str) -> Tensor:
         return torch.randint(0, cfg.n_symbols, (n, length), generator=gen, device=gen.device)
 
     def solve(self, cfg: TaskConfig, prompt: Tensor) -> Tensor:
         raise NotImplementedError
-
-    def symbol_label(self, cfg: TaskConfig, tok: int) -> str:
-        return str(tok)
-
-    # ---- shared machinery --------------------------------------------------
-    def vocab_size(self, cfg: TaskConfig) -> int:
-        return self.n_symbols(cfg) + 1  # + SEP
-
-    def sep(self, cfg: TaskConfig) -> int:
-        return self.n_symbols(cfg)
-
-    def label(self, cfg: TaskConfig, tok: int) -> str:
-        return "|" if tok == self.sep(cfg) else self.symbol_label(cfg, tok)
-
-    def check(self, cfg: TaskConfig, arch: str) -> None:
-        """Raise ConfigError if the task cannot run with this architecture."""
-
-    def max_seq_len(self, cfg: TaskConfig, arch: str) -> int:
-        self.check(cfg, arch)
-        n = cfg.ood_max_len if self.has_ood else cfg.max_len
-        p, a = self.prompt_len(cfg, n), self.answer_len(cfg, n)
-        return max(p, a) if arch == "encoder-decoder" else p + a
-
-    def lengths(self, cfg: TaskConfig, split: str) -> list[int]:
-        if split == "ood":
-            return list(range(cfg.max_len + 1, cfg.ood_max_len + 1)) if self.has_ood else []
-        return list(range(cfg.min_len, cfg.max_len + 1))
 
     def batch(self, cfg: TaskConfig, arch: str, n: int, gen: torch.Generator,
               length: Optional[int] = None, split: str = "train") -> Batch:
@@ -106,23 +67,17 @@ class Task:
         return Batch(inp=full[:, :-1].contiguous(), tgt=tgt)
 
 
-class Copy(Task):
-    name, description = "copy", "Repeat the input sequence."
-
+class Copy(Task, shapes.Copy):
     def solve(self, cfg, prompt):
         return prompt.clone()
 
 
-class Reverse(Task):
-    name, description = "reverse", "Write the input backwards."
-
+class Reverse(Task, shapes.Reverse):
     def solve(self, cfg, prompt):
         return prompt.flip(1)
 
 
-class Sort(Task):
-    name, description = "sort", "Sort the symbols in ascending order (half the samples with many repeats)."
-
+class Sort(Task, shapes.Sort):
     def gen_prompt(self, cfg, length, n, gen, split):
         dev = gen.device
         x = torch.randint(0, cfg.n_symbols, (n, length), generator=gen, device=dev)
@@ -136,19 +91,8 @@ class Sort(Task):
         return prompt.sort(dim=1).values
 
 
-class Addition(Task):
+class Addition(Task, shapes.Addition):
     """a + b with `length` digits each; answer digits reversed, least significant first (minGPT adder)."""
-
-    name, description = "addition", "Add two numbers; the answer is written least-significant digit first."
-
-    def n_symbols(self, cfg):
-        return 11  # digits and '+'
-
-    def prompt_len(self, cfg, length):
-        return 2 * length + 1
-
-    def answer_len(self, cfg, length):
-        return length + 1
 
     def gen_prompt(self, cfg, length, n, gen, split):
         a = torch.randint(0, 10, (n, length), generator=gen, device=gen.device)
@@ -165,31 +109,13 @@ class Addition(Task):
             carry = s // 10
         return torch.stack(out + [carry], 1)  # (n, L + 1)
 
-    def symbol_label(self, cfg, tok):
-        return "+" if tok == 10 else str(tok)
 
-
-class ModularAddition(Task):
+class ModularAddition(Task, shapes.ModularAddition):
     """(a + b) mod p from the tokens `a b =`, scored at `=` only (Power et al. 2022, grokking).
 
     The (a, b) pairs are split once, with a fixed seed, into train_fraction for training and the
     rest held out, so test accuracy measures generalisation to unseen pairs.
     """
-
-    name, description = "modular_addition", "Compute (a + b) mod p; most pairs are held out (grokking)."
-    has_ood = False
-
-    def n_symbols(self, cfg):
-        return cfg.modulus
-
-    def prompt_len(self, cfg, length):
-        return 2
-
-    def answer_len(self, cfg, length):
-        return 1
-
-    def lengths(self, cfg, split):
-        return [] if split == "ood" else [2]
 
     @functools.lru_cache(maxsize=16)
     def pairs(self, cfg: TaskConfig, split: str, device: torch.device = torch.device("cpu")) -> Tensor:
@@ -207,19 +133,8 @@ class ModularAddition(Task):
     def solve(self, cfg, prompt):
         return (prompt.sum(1, keepdim=True)) % cfg.modulus
 
-    def label(self, cfg, tok):
-        return "=" if tok == self.sep(cfg) else str(tok)
 
-
-class Parity(Task):
-    name, description = "parity", "Is the number of 1s odd? One answer token."
-
-    def n_symbols(self, cfg):
-        return 2
-
-    def answer_len(self, cfg, length):
-        return 1
-
+class Parity(Task, shapes.Parity):
     def gen_prompt(self, cfg, length, n, gen, split):
         return torch.randint(0, 2, (n, length), generator=gen, device=gen.device)
 
@@ -227,51 +142,21 @@ class Parity(Task):
         return prompt.sum(1, keepdim=True) % 2
 
 
-class Histogram(Task):
+class Histogram(Task, shapes.Histogram):
     """For each input symbol, how often it occurs in the input (Weiss et al. 2021, RASP)."""
-
-    name, description = "histogram", "For each symbol, count how often it appears in the input."
-
-    def vocab_size(self, cfg):
-        return cfg.n_symbols + cfg.ood_max_len + 1  # symbols, counts 1..max, SEP
-
-    def sep(self, cfg):
-        return cfg.n_symbols + cfg.ood_max_len
 
     def solve(self, cfg, prompt):
         counts = (prompt[:, :, None] == prompt[:, None, :]).sum(-1)  # (n, L)
         return cfg.n_symbols + counts - 1
 
-    def symbol_label(self, cfg, tok):
-        return str(tok) if tok < cfg.n_symbols else f"#{tok - cfg.n_symbols + 1}"
 
-
-class Induction(Task):
+class Induction(Task, shapes.Induction):
     """Random tokens, then a random segment repeated periodically from a random offset.
 
     The loss covers the repeats only; predicting them needs an induction head: find the
     previous occurrence of the current token and copy what followed it (Olsson et al. 2022).
     The offset is random because a fixed one lets a single layer solve the task by position.
     """
-
-    name, description = "induction", "Continue a repeated random segment (needs an induction head)."
-    lm = True
-
-    def check(self, cfg, arch):
-        if arch != "decoder":
-            raise ConfigError("task.name", "'induction' is a language-model task: it needs model.arch 'decoder'")
-        if cfg.min_len < 4:
-            raise ConfigError("task.min_len", f"{cfg.min_len} is too short for 'induction' (allowed: >= 4)")
-
-    def vocab_size(self, cfg):
-        return cfg.n_symbols
-
-    def sep(self, cfg):
-        return -1
-
-    def max_seq_len(self, cfg, arch):
-        self.check(cfg, arch)
-        return cfg.ood_max_len - 1
 
     def batch(self, cfg, arch, n, gen, length=None, split="train"):
         if length is None:

@@ -24,7 +24,7 @@ from lab.config import RunConfig, TrainConfig
 from lab.model import Transformer
 from lab.optim import FastAdamW, clip_grad_norm
 from lab.records import EvalRecord, Record, SnapshotRecord, StepRecord
-from lab.tasks import Batch, eval_batches, get_task, probe
+from lab.tasks import IGNORE_INDEX, Batch, eval_batches, get_task, probe
 
 _INIT_LOCK = threading.Lock()  # model init uses the global RNG: one thread at a time
 _THREADS_LOCK = threading.Lock()
@@ -165,7 +165,7 @@ def evaluate(model: Transformer, batches: list[Batch], device: torch.device) -> 
     for b in batches:
         b = b.to(device)
         out = model(b.inp, b.src)
-        mask = b.tgt != -100  # (B, T)
+        mask = b.tgt != IGNORE_INDEX  # (B, T)
         logits = out.logits[mask]  # (N, vocab)
         loss_sum += torch.nn.functional.cross_entropy(logits, b.tgt[mask], reduction="sum").item()
         hit = (out.logits.argmax(-1) == b.tgt) | ~mask  # (B, T)

@@ -16,7 +16,7 @@ import gradio as gr
 import pandas as pd
 
 from lab.params import param_breakdown
-from lab.config import ARCHS, NORMS, POS_ENCODINGS, TASK_NAMES
+from lab.config import declared_fields
 from lab.teach.grid import band, group_runs, varied_columns
 from lab.engine.limits import thin
 from lab.views.plots import bands_figure, curves_figure, params_figure, to_png
@@ -24,11 +24,12 @@ from lab.engine.store import LIVE_STATES
 from ui.common import (CURVES, X_AXES, AppContext, colour_map, compact, curve, friendly, named, short_label,
                        with_series)
 
-FILTERS = {"task.name": TASK_NAMES, "model.arch": ARCHS, "model.pos": POS_ENCODINGS, "model.norm": NORMS}
-TABLE_COLS = {"run_id": "run", "state": "state", "task.name": "task", "model.arch": "arch", "model.pos": "PE",
-              "model.norm": "norm", "model.n_layers": "layers", "model.n_heads": "heads", "model.d_model": "d_model",
-              "train.steps": "steps", "train.seed": "seed", "final.eval.exact_match": "exact-match",
-              "final.ood.exact_match": "exact-match (longer)", "final.params": "params", "damaged": "problem"}
+# the run table's config columns and the filters come from the fields' declarations (lab/config.py)
+FILTERS = {f.key: f.choices for f in declared_fields() if f.spec.filter}
+FILTER_LABELS = {f.key: f.spec.column or f.spec.label for f in declared_fields() if f.spec.filter}
+TABLE_COLS = {"run_id": "run", "state": "state", **{f.key: f.spec.column for f in declared_fields() if f.spec.column},
+              "final.eval.exact_match": "exact-match", "final.ood.exact_match": "exact-match (longer)",
+              "final.params": "params", "damaged": "problem"}
 CONFIG_PREFIXES = ("model.", "task.", "train.")
 GROUP_METRICS = {"final.train_loss": "train loss", "final.eval.loss": "eval loss",
                  "final.eval.exact_match": "exact-match", "final.ood.exact_match": "exact-match (longer)",
@@ -252,7 +253,7 @@ def build_compare_tab(ctx: AppContext) -> CompareTab:
         gr.Markdown("Pick any number of stored runs to overlay their curves and see what differs between them.")
         note = gr.Markdown("", elem_id="compare-note")
         with gr.Row():
-            filters = [gr.Dropdown(list(vals), multiselect=True, label=col.split(".")[1], value=[], scale=1)
+            filters = [gr.Dropdown(list(vals), multiselect=True, label=FILTER_LABELS[col], value=[], scale=1)
                        for col, vals in FILTERS.items()]
             refresh = gr.Button("Refresh", size="sm", scale=0, elem_id="compare-refresh")
         table = gr.Dataframe(label="Stored runs", interactive=False, max_height=260, elem_id="runs-table")

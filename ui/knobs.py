@@ -1,7 +1,7 @@
-"""One table of knobs drives the Train tab's widgets, validation, the share URL and JSON import.
+"""The knobs: the Train tab's widgets, validation, the share URL and JSON import, from one declaration.
 
-Each knob names its config field once ("model.n_heads"); its widget, its one-line explanation
-and its URL key come from here. Every config field a run's result depends on is a knob (the
+Each knob is a config field declared in lab/config.py with its widget, label, one-line explanation and
+URL key; this module only turns those declarations into gradio widgets. Every config field a run's result depends on is a knob (the
 rarely changed ones are `advanced`, in a closed accordion), so a link or a JSON file carries the
 whole experiment. Not knobs: n_ctx (derived from the task so that the longest sequence, evaluation
 beyond training included, always fits), and where the run trains (device, threads: the server's
@@ -16,106 +16,69 @@ from urllib.parse import urlencode
 
 import gradio as gr
 
-from lab.config import (ACTIVATIONS, ARCHS, NORMS, POS_ENCODINGS, SCHEDULES, TASK_NAMES, ConfigError, ModelConfig,
-                        RunConfig, TaskConfig)
-from lab.tasks import get_task
+from lab.config import ARCHS, ConfigError, ModelConfig, RunConfig, TaskConfig, declared_fields
+from lab.fields import FieldInfo
+from lab.taskshapes import task_shape
+
+
+_MAKERS: dict[str, Callable[..., gr.components.Component]] = {
+    "dropdown": gr.Dropdown, "radio": gr.Radio, "slider": gr.Slider, "number": gr.Number}
 
 
 @dataclass(frozen=True)
 class Knob:
-    key: str  # "section.field" in RunConfig
-    label: str
-    info: str  # the one-line explanation shown under the widget
-    make: Callable[..., gr.components.Component]
-    kind: type = int
-    advanced: bool = False  # shown in the closed "Advanced" accordion of its section
+    """A config field shown as a widget: everything about it comes from its declaration (lab/config.py)."""
+
+    field: FieldInfo
+
+    @property
+    def key(self) -> str:
+        """"section.field" in RunConfig."""
+        return self.field.key
+
+    @property
+    def label(self) -> str:
+        return self.field.spec.label
+
+    @property
+    def info(self) -> str:
+        """The one-line explanation shown under the widget."""
+        return self.field.spec.help
+
+    @property
+    def kind(self) -> type:
+        return self.field.kind
+
+    @property
+    def advanced(self) -> bool:
+        return self.field.spec.advanced
 
     @property
     def url_key(self) -> str:
         """The short name in share URLs and API parameters ("task" for task.name)."""
-        return "task" if self.key == "task.name" else self.key.split(".", 1)[1]
+        return self.field.url or self.field.name
 
     def default(self) -> Any:
-        sec, name = self.key.split(".")
-        return getattr(getattr(RunConfig(), sec), name)
+        return self.field.default
+
+    def make(self, **kw: Any) -> gr.components.Component:
+        """The widget (rendered where it is called inside a Blocks context)."""
+        w = self.field.spec.widget
+        assert w is not None  # only declared widgets become knobs
+        if w.kind in ("dropdown", "radio"):
+            kw["choices"] = list(w.options or self.field.choices)
+        elif w.kind == "slider":
+            kw.update(minimum=w.lo, maximum=w.hi, step=w.step)
+        else:  # number: whole numbers for int fields; bounds only where declared
+            kw.update({k: v for k, v in (("minimum", w.lo), ("maximum", w.hi)) if v is not None})
+            if self.kind is int:
+                kw["precision"] = 0
+        return _MAKERS[w.kind](**kw)
 
 
-def _dd(choices):
-    return lambda **kw: gr.Dropdown(choices=list(choices), **kw)
-
-
-def _radio(choices):
-    return lambda **kw: gr.Radio(choices=list(choices), **kw)
-
-
-def _slider(lo, hi, step=1):
-    return lambda **kw: gr.Slider(minimum=lo, maximum=hi, step=step, **kw)
-
-
-def _num(**extra):
-    return lambda **kw: gr.Number(**extra, **kw)
-
-
-KNOBS: tuple[Knob, ...] = (
-    Knob("task.name", "Task", "What the model must learn (described beside the Start button).",
-         _dd(TASK_NAMES), str),
-    Knob("task.min_len", "Shortest training length", "Training lengths are drawn from [shortest, longest].",
-         _slider(1, 32)),
-    Knob("task.max_len", "Longest training length",
-         "Evaluation also runs on longer inputs (up to twice this), to test length generalisation.", _slider(1, 32)),
-    Knob("task.n_symbols", "Alphabet size", "How many distinct symbols the inputs use (copy, reverse, sort, "
-         "induction, histogram).", _slider(2, 64)),
-    Knob("model.arch", "Architecture", "decoder: one causal stack reads prompt|answer (GPT). encoder-decoder: "
-         "the original paper, with cross-attention from decoder to encoder.", _radio(ARCHS), str),
-    Knob("model.pos", "Positional encoding", "How the model knows token order: added vectors (sinusoidal, "
-         "learned), rotated queries/keys (RoPE), a distance penalty on scores (ALiBi), or nothing.",
-         _dd(POS_ENCODINGS), str),
-    Knob("model.norm", "LayerNorm placement", "pre: x + f(LN(x)) (GPT-2, stable); post: LN(x + f(x)) "
-         "(the 2017 paper, needs warmup at high learning rates); none.", _radio(NORMS), str),
-    Knob("model.n_layers", "Layers", "Blocks per stack. Induction needs at least 2.", _slider(1, 8)),
-    Knob("model.n_heads", "Heads", "Attention heads per layer; d_model must be divisible by it.", _slider(1, 16)),
-    Knob("model.d_model", "d_model", "Width of the residual stream (embedding size).", _dd([16, 32, 48, 64, 96, 128,
-                                                                                          192, 256])),
-    Knob("model.d_ff", "d_ff", "Width of each feed-forward layer; 0 makes an attention-only model.",
-         _num(precision=0, minimum=0)),
-    Knob("model.activation", "Activation", "Non-linearity inside the feed-forward layer.", _radio(ACTIVATIONS), str),
-    Knob("model.dropout", "Dropout", "Randomly zeroes activations while training; 0 is best for toy tasks.",
-         _slider(0.0, 0.5, 0.05), float),
-    Knob("train.steps", "Steps", "Optimizer steps. 1000-2000 solve most tasks in under a minute.",
-         _num(precision=0, minimum=1)),
-    Knob("train.batch_size", "Batch size", "Sequences per step.", _dd([16, 32, 64, 128, 256])),
-    Knob("train.lr", "Learning rate", "AdamW step size; too high diverges, especially with post-LN.",
-         _num(minimum=0), float),
-    Knob("train.warmup", "Warmup steps", "The learning rate ramps up linearly over these steps.",
-         _num(precision=0, minimum=0)),
-    Knob("train.seed", "Seed", "Same seed, same run: initial weights and data are reproducible.",
-         _num(precision=0, minimum=0)),
-    # advanced: rarely changed, but part of the experiment (presets set them; links and JSON carry them)
-    Knob("task.ood_len", "Longest evaluation length", "Evaluation beyond training uses lengths up to this; "
-         "0 means twice the longest training length.", _num(precision=0, minimum=0), advanced=True),
-    Knob("task.modulus", "Modulus p", "modular_addition only: the model learns (a + b) mod p.",
-         _num(precision=0, minimum=2), advanced=True),
-    Knob("task.train_fraction", "Training fraction", "modular_addition only: the share of all (a, b) pairs "
-         "seen in training; the rest are held out.", _slider(0.05, 0.95, 0.05), float, advanced=True),
-    Knob("train.schedule", "LR schedule", "After warmup the learning rate decays to the floor below (cosine, "
-         "linear) or stays (constant).", _radio(SCHEDULES), str, advanced=True),
-    Knob("train.min_lr_ratio", "LR floor", "The decay ends at this fraction of the learning rate.",
-         _num(minimum=0, maximum=1), float, advanced=True),
-    Knob("train.weight_decay", "Weight decay", "AdamW decay on weight matrices (not biases, norms, "
-         "embeddings); grokking needs it.", _num(minimum=0), float, advanced=True),
-    Knob("train.beta1", "Adam beta1", "Momentum of the gradient average.", _num(minimum=0, maximum=1), float,
-         advanced=True),
-    Knob("train.beta2", "Adam beta2", "Memory of the squared-gradient average.", _num(minimum=0, maximum=1), float,
-         advanced=True),
-    Knob("train.grad_clip", "Gradient clip", "Largest global gradient norm; 0 turns clipping off.",
-         _num(minimum=0), float, advanced=True),
-    Knob("train.eval_every", "Evaluate every", "Steps between held-out evaluations (and the last step).",
-         _num(precision=0, minimum=1), advanced=True),
-    Knob("train.eval_samples", "Evaluation samples", "Held-out sequences per evaluation.",
-         _num(precision=0, minimum=1), advanced=True),
-    Knob("train.snapshots", "Attention snapshots", "How many times during training the probe's attention is "
-         "saved for the Inspect tab's step slider.", _slider(0, 20), advanced=True),
-)
+# Every declared field with a widget, basic ones first, then the advanced ones (each in section order)
+KNOBS: tuple[Knob, ...] = tuple(Knob(f) for adv in (False, True) for f in declared_fields()
+                                if f.spec.widget is not None and f.spec.advanced == adv)
 KNOB_KEYS = tuple(k.key for k in KNOBS)
 BY_URL = {k.url_key: k for k in KNOBS}
 
@@ -160,7 +123,7 @@ def config_from_values(values: dict[str, Any], base: Optional[RunConfig] = None)
     arch = data["model"]["arch"]
     if arch not in ARCHS:
         ModelConfig(arch=arch)  # raises with the allowed values
-    task = get_task(data["task"]["name"])
+    task = task_shape(data["task"]["name"])
     data["model"]["n_ctx"] = max(8, task.max_seq_len(TaskConfig(**data["task"]), arch))
     return RunConfig.from_dict(data)
 

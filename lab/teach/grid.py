@@ -23,8 +23,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from lab.config import NORMS, POS_ENCODINGS, ConfigError, RunConfig
-from lab.tasks import get_task
+from lab.config import ConfigError, RunConfig, declared_fields
+from lab.taskshapes import task_shape
 
 MAX_RUNS = 32  # one grid launches at most this many runs
 MAX_AXES = 3
@@ -35,18 +35,13 @@ class Axis:
     key: str  # the UI's name: "PE"
     field: str  # the config field: "model.pos"
     short: str  # the name in run names: "pos"
-    choices: tuple[str, ...] = ()  # allowed values for a text axis; empty = a positive integer
+    choices: tuple[str, ...] = ()  # allowed values for a text axis; empty = an integer
     lo: int = 1  # integer axes: smallest allowed value
 
 
-AXES: dict[str, Axis] = {a.key: a for a in (
-    Axis("PE", "model.pos", "pos", POS_ENCODINGS),
-    Axis("norm", "model.norm", "norm", NORMS),
-    Axis("heads", "model.n_heads", "heads"),
-    Axis("layers", "model.n_layers", "layers"),
-    Axis("d_model", "model.d_model", "d_model"),
-    Axis("seed", "train.seed", "seed", lo=0),
-)}
+# The ablation axes are the config fields declared with `axis=` (lab/config.py), in declaration order
+AXES: dict[str, Axis] = {f.spec.axis: Axis(f.spec.axis, f.key, f.short, f.choices, int(f.spec.lo or 0))
+                         for f in declared_fields() if f.spec.axis}
 
 
 class GridError(ConfigError):
@@ -140,7 +135,7 @@ ELEMENT_S = 7.8e-8  # per token, block and d_model unit: LayerNorm, softmax, GEL
 
 def _seq_tokens(cfg: RunConfig, length: int) -> tuple[int, int]:
     """(tokens per sequence, decoder tokens T) at one task length."""
-    task = get_task(cfg.task.name)
+    task = task_shape(cfg.task.name)
     p, a = task.prompt_len(cfg.task, length), task.answer_len(cfg.task, length)
     if cfg.model.arch == "encoder-decoder":
         return p + a, a
@@ -150,7 +145,7 @@ def _seq_tokens(cfg: RunConfig, length: int) -> tuple[int, int]:
 def flops_per_token(cfg: RunConfig, seq_len: int) -> float:
     """Training FLOPs per token (PaLM's count): 6 N_matmul + 12 n_layers d_model T."""
     m = cfg.model
-    vocab = get_task(cfg.task.name).vocab_size(cfg.task)
+    vocab = task_shape(cfg.task.name).vocab_size(cfg.task)
     cross = m.arch == "encoder-decoder"
     per_block = 4 * m.d_model ** 2 + 2 * m.d_model * m.d_ff
     n_matmul = m.n_layers * per_block * (2 if cross else 1) + (m.n_layers * 4 * m.d_model ** 2 if cross else 0)
@@ -161,7 +156,7 @@ def flops_per_token(cfg: RunConfig, seq_len: int) -> float:
 def run_seconds(cfg: RunConfig) -> float:
     """Estimated wall time of one run on one free core."""
     tc, m = cfg.train, cfg.model
-    task = get_task(cfg.task.name)
+    task = task_shape(cfg.task.name)
     blocks = m.n_layers * (2 if m.arch == "encoder-decoder" else 1)
     train_lens = task.lengths(cfg.task, "train")
     seqs = [_seq_tokens(cfg, L) for L in train_lens]

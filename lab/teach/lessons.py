@@ -282,7 +282,7 @@ def as_encoder_decoder(subject: Subject) -> Subject:
 
 @torch.no_grad()
 def next_token_probs(subject: Subject, probe: ProbeInput) -> tuple[np.ndarray, list[str], np.ndarray]:
-    """(probabilities (T, V), symbol labels, target id per position or -100 where not scored)."""
+    """(probabilities (T, V), symbol labels, target id per position or IGNORE_INDEX where not scored)."""
     b = probe.batch
     probs = subject.model()(b.inp, b.src).logits[0].softmax(-1).double().numpy()
     tc = subject.cfg.task

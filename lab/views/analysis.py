@@ -15,7 +15,7 @@ import torch
 from lab.config import ConfigError, RunConfig
 from lab.model import Transformer
 from lab.positional import build_positional
-from lab.tasks import Batch, get_task, probe
+from lab.tasks import IGNORE_INDEX, Batch, get_task, probe
 
 
 def load_model(cfg: RunConfig, state_dict: Optional[dict[str, torch.Tensor]] = None) -> Transformer:
@@ -68,7 +68,7 @@ def parse_probe(cfg: RunConfig, text: str) -> ProbeInput:
         raise ConfigError("probe", f"{bad[0]!r} is not a symbol of task {tc.name!r} (allowed: {allowed})")
     tokens = torch.tensor([[names[p] for p in parts]])  # (1, n)
     if task.lm:
-        batch = Batch(inp=tokens, tgt=torch.full_like(tokens, -100))
+        batch = Batch(inp=tokens, tgt=torch.full_like(tokens, IGNORE_INDEX))
     else:
         expected = task.prompt_len(tc, tc.max_len)
         if task.name == "addition" and (tokens.shape[1] % 2 == 0 or (tokens[0] == 10).sum() != 1

@@ -1,0 +1,185 @@
+"""The shape of each toy task: alphabet, prompt and answer lengths, which lengths are trained and
+evaluated, and which architectures can run it. Plain arithmetic, no torch, so a config can check that its
+longest sequence fits the model (lab/config.py) and limits and time estimates can size a run before
+anything is built. lab/tasks.py adds to each shape the torch code that generates its batches.
+
+Decoder-only models read `prompt SEP answer` (scored on the answer only, minGPT's convention); an
+encoder-decoder reads the prompt in the encoder and `SEP answer[:-1]` in the decoder. Language-model
+tasks (induction) score positions of one sequence and run on the decoder only.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from lab.fields import ConfigError
+
+
+class TaskConfig(Protocol):
+    """What a shape reads of a task config (lab/config.py's TaskConfig, which imports this module)."""
+
+    name: str
+    min_len: int
+    max_len: int
+    n_symbols: int
+    modulus: int
+    train_fraction: float
+
+    @property
+    def ood_max_len(self) -> int: ...
+
+IGNORE_INDEX = -100  # target value of positions left out of the loss (minGPT's convention)
+
+
+class TaskShape:
+    """A sequence-to-sequence task's sizes; subclasses override what differs."""
+
+    name = ""
+    description = ""
+    lm = False  # language-model tasks score positions of one sequence (decoder only)
+    has_ood = True  # does a longer-than-training evaluation make sense?
+
+    def n_symbols(self, cfg: TaskConfig) -> int:
+        return cfg.n_symbols
+
+    def prompt_len(self, cfg: TaskConfig, length: int) -> int:
+        return length
+
+    def answer_len(self, cfg: TaskConfig, length: int) -> int:
+        return length
+
+    def symbol_label(self, cfg: TaskConfig, tok: int) -> str:
+        return str(tok)
+
+    def vocab_size(self, cfg: TaskConfig) -> int:
+        return self.n_symbols(cfg) + 1  # + SEP
+
+    def sep(self, cfg: TaskConfig) -> int:
+        return self.n_symbols(cfg)
+
+    def label(self, cfg: TaskConfig, tok: int) -> str:
+        return "|" if tok == self.sep(cfg) else self.symbol_label(cfg, tok)
+
+    def check(self, cfg: TaskConfig, arch: str) -> None:
+        """Raise ConfigError if the task cannot run with this architecture."""
+
+    def max_seq_len(self, cfg: TaskConfig, arch: str) -> int:
+        """The longest sequence a model sees, evaluation beyond the training lengths included."""
+        self.check(cfg, arch)
+        n = cfg.ood_max_len if self.has_ood else cfg.max_len
+        p, a = self.prompt_len(cfg, n), self.answer_len(cfg, n)
+        return max(p, a) if arch == "encoder-decoder" else p + a
+
+    def lengths(self, cfg: TaskConfig, split: str) -> list[int]:
+        """Task lengths of a split: "train" and "eval" the training range, "ood" the longer ones."""
+        if split == "ood":
+            return list(range(cfg.max_len + 1, cfg.ood_max_len + 1)) if self.has_ood else []
+        return list(range(cfg.min_len, cfg.max_len + 1))
+
+
+class Copy(TaskShape):
+    name, description = "copy", "Repeat the input sequence."
+
+
+class Reverse(TaskShape):
+    name, description = "reverse", "Write the input backwards."
+
+
+class Sort(TaskShape):
+    name, description = "sort", "Sort the symbols in ascending order (half the samples with many repeats)."
+
+
+class Addition(TaskShape):
+    """a + b with `length` digits each; answer digits reversed, least significant first (minGPT adder)."""
+
+    name, description = "addition", "Add two numbers; the answer is written least-significant digit first."
+
+    def n_symbols(self, cfg):
+        return 11  # digits and '+'
+
+    def prompt_len(self, cfg, length):
+        return 2 * length + 1
+
+    def answer_len(self, cfg, length):
+        return length + 1
+
+    def symbol_label(self, cfg, tok):
+        return "+" if tok == 10 else str(tok)
+
+
+class ModularAddition(TaskShape):
+    """(a + b) mod p from the tokens `a b =`, scored at `=` only (Power et al. 2022, grokking)."""
+
+    name, description = "modular_addition", "Compute (a + b) mod p; most pairs are held out (grokking)."
+    has_ood = False
+
+    def n_symbols(self, cfg):
+        return cfg.modulus
+
+    def prompt_len(self, cfg, length):
+        return 2
+
+    def answer_len(self, cfg, length):
+        return 1
+
+    def lengths(self, cfg, split):
+        return [] if split == "ood" else [2]
+
+    def label(self, cfg, tok):
+        return "=" if tok == self.sep(cfg) else str(tok)
+
+
+class Parity(TaskShape):
+    name, description = "parity", "Is the number of 1s odd? One answer token."
+
+    def n_symbols(self, cfg):
+        return 2
+
+    def answer_len(self, cfg, length):
+        return 1
+
+
+class Histogram(TaskShape):
+    """For each input symbol, how often it occurs in the input (Weiss et al. 2021, RASP)."""
+
+    name, description = "histogram", "For each symbol, count how often it appears in the input."
+
+    def vocab_size(self, cfg):
+        return cfg.n_symbols + cfg.ood_max_len + 1  # symbols, counts 1..max, SEP
+
+    def sep(self, cfg):
+        return cfg.n_symbols + cfg.ood_max_len
+
+    def symbol_label(self, cfg, tok):
+        return str(tok) if tok < cfg.n_symbols else f"#{tok - cfg.n_symbols + 1}"
+
+
+class Induction(TaskShape):
+    """Random tokens, then a random segment repeated periodically from a random offset (Olsson et al. 2022)."""
+
+    name, description = "induction", "Continue a repeated random segment (needs an induction head)."
+    lm = True
+
+    def check(self, cfg, arch):
+        if arch != "decoder":
+            raise ConfigError("task.name", "'induction' is a language-model task: it needs model.arch 'decoder'")
+        if cfg.min_len < 4:
+            raise ConfigError("task.min_len", f"{cfg.min_len} is too short for 'induction' (allowed: >= 4)")
+
+    def vocab_size(self, cfg):
+        return cfg.n_symbols
+
+    def sep(self, cfg):
+        return -1
+
+    def max_seq_len(self, cfg, arch):
+        self.check(cfg, arch)
+        return cfg.ood_max_len - 1
+
+
+SHAPES: dict[str, TaskShape] = {
+    s.name: s for s in (Copy(), Reverse(), Sort(), Addition(), ModularAddition(), Induction(), Parity(), Histogram())
+}
+
+
+def task_shape(name: str) -> TaskShape:
+    return SHAPES[name]
