@@ -12,7 +12,7 @@ from typing import Optional
 
 import gradio as gr
 
-from lab.engine.jobs import JobManager
+from lab.engine.jobs import SPARE_DELAY_S, JobManager
 from lab.engine.limits import Limits
 from lab.engine.store import RunStore
 from ui.common import AppContext
@@ -74,7 +74,9 @@ def main() -> None:
     limits = Limits.from_env()
     store = RunStore()
     store.sweep()  # temp files and half-written folders a crashed server left behind
-    demo = build_demo(store, JobManager(store, limits=limits))
+    jobs = JobManager(store, limits=limits)
+    jobs.warm_up(SPARE_DELAY_S)  # one worker process per training slot, started once the page is up
+    demo = build_demo(store, jobs)
     # scikit-learn (the PCA panel) loads once the page is up: at import it added ~1 s to the cold start
     warm = threading.Timer(WARM_UP_S, importlib.import_module, args=("sklearn.decomposition",))
     warm.daemon = True

@@ -152,7 +152,8 @@ def compare_200() -> dict[str, Any]:
 
 def inspect_run() -> dict[str, Any]:
     """ui.inspect for a stored run: attention heatmap grid at a snapshot, and the PE PCA panel."""
-    from lab.engine.jobs import JobManager, execute_run
+    from lab.engine.jobs import JobManager
+    from lab.engine.record import record_run
     from ui.common import AppContext
     from ui.inspect import attention_figures, positional_panel
 
@@ -162,7 +163,7 @@ def inspect_run() -> dict[str, Any]:
         store = RunStore(tmp)
         cfg = RunConfig(train=TrainConfig(steps=50, device="cpu", snapshots=3))
         rid = store.create(cfg)
-        execute_run(store, rid, threads=1)
+        record_run(store, rid, threads=1)
         ctx = AppContext(store=store, jobs=JobManager(store, max_concurrent=1, mode="thread"))
         t0 = time.perf_counter()
         attention_figures(ctx, rid, "sampled", "", 50)

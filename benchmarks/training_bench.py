@@ -106,7 +106,7 @@ def concurrent_runs(modes=("process", "thread"), counts=(1, 2, 4), steps: int = 
     one intra-op thread each: aggregate tokens/s from submit to the last finish (end to end), and inside
     the training loops. Modes and counts are interleaved, `rounds` times; each figure is the best of its
     rounds."""
-    from lab.engine.jobs import default_max_concurrent
+    from lab.engine.environment import default_max_concurrent
 
     slots = slots or default_max_concurrent()
     best: dict[tuple[str, int], list[float]] = {}

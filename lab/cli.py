@@ -147,7 +147,7 @@ def open_store(runs_dir: Optional[str]):
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from lab.engine.jobs import execute_run, summary_of
+    from lab.engine.record import record_run, summary_of
 
     cfg = config_from_args(args)  # validates before anything touches the store
     check_device(cfg.train.device)
@@ -156,7 +156,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        result = execute_run(store, run_id, should_stop=stop.is_set, on_record=Progress(cfg.train.steps))
+        result = record_run(store, run_id, should_stop=stop.is_set, on_record=Progress(cfg.train.steps))
     finally:
         for s, h in previous.items():
             signal.signal(s, h)

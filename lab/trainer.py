@@ -1,6 +1,8 @@
-"""The training loop: one synchronous function, callbacks with small frozen records, a stop check.
+"""The training loop: one synchronous loop, callbacks with small frozen records, a stop check per step.
 
-No threads and no files here (see jobs.py and runs.py). Reproducible from the seed: the model is
+One loop (`fit`) serves one run alone (`train`) and k seed repeats trained as one batched model
+(lab/batched.py): it owns evaluation, attention snapshots, logging, stopping and the results, and asks a
+`Stepper` only for the optimisation step. No threads and no files here (see lab/engine/). Reproducible from the seed: the model is
 initialised from a forked global RNG seeded with `train.seed`, the data come from a per-run
 `torch.Generator`, and dropout masks from the global RNG seeded with `train.seed` at the start, so
 two runs with one config give the same numbers on the same device (with dropout, when no other
@@ -14,20 +16,20 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from lab.config import RunConfig, TrainConfig
+from lab.device import autocast, batch_source, device_eval_batches, resolve_device, set_threads
 from lab.model import Transformer
 from lab.optim import FastAdamW, clip_grad_norm
 from lab.records import EvalRecord, Record, SnapshotRecord, StepRecord
-from lab.tasks import IGNORE_INDEX, Batch, eval_batches, get_task, probe
+from lab.tasks import IGNORE_INDEX, Batch, get_task, probe
 
 _INIT_LOCK = threading.Lock()  # model init uses the global RNG: one thread at a time
-_THREADS_LOCK = threading.Lock()
 MAX_LOGGED_STEPS = 500  # train records per run, at most (plus the last step)
 
 
@@ -42,73 +44,6 @@ class TrainResult:
     final_train_loss: float
     final_eval: Optional[EvalRecord]
     state_dict: dict[str, Tensor]  # final weights, on the CPU
-
-
-def resolve_device(name: str) -> torch.device:
-    """"auto" picks CUDA, then Apple's MPS, then the CPU."""
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("train.device: 'cuda' was asked for but no CUDA GPU is available (allowed here: auto, cpu)")
-    mps = getattr(torch.backends, "mps", None)
-    if name == "mps" and not (mps and mps.is_available()):
-        raise ValueError("train.device: 'mps' was asked for but no Apple GPU is available (allowed here: auto, cpu)")
-    return torch.device(name)
-
-
-def autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA (Micikevicius et al. 2018, mixed precision; bf16 needs no loss
-    scaling): matmuls and attention in bf16, softmax, norms and the loss kept in fp32 by
-    torch's autocast lists, fp32 master weights and optimiser. Off on CPU and MPS (fp32)."""
-    if device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def to_device(b: Batch, device: torch.device) -> Batch:
-    """The batch on `device` (itself if it is there already); a CPU batch bound for CUDA is pinned and
-    copied asynchronously, without a host sync."""
-    if b.inp.device == device:  # the CPU's every training step
-        return b
-    if device.type == "cuda" and b.inp.device.type == "cpu":
-        b = Batch(b.inp.pin_memory(), b.tgt.pin_memory(), None if b.src is None else b.src.pin_memory())
-    return b.to(device)  # non_blocking copies; no copy for a tensor already on the device
-
-
-def device_eval_batches(cfg: RunConfig, device: torch.device) -> dict[str, list[Batch]]:
-    """The run's held-out batches ("eval" at training lengths, "ood" beyond), copied to the device once."""
-    return {s: [to_device(b, device) for b in eval_batches(cfg.task, cfg.model.arch, s, cfg.train.eval_samples)]
-            for s in ("eval", "ood")}
-
-
-def batch_source(cfg: RunConfig, device: torch.device, on_device: Optional[bool] = None) -> Callable[[], Batch]:
-    """The run's training batches, made where the model trains. On CUDA (`on_device`) the tokens come
-    from a generator on the GPU and only each batch's length (one integer) from a CPU generator, so no
-    step waits for a host-to-device copy or a sync. Elsewhere one CPU generator makes everything (the
-    streams a CPU run has always used; MPS gets them by copy)."""
-    task, tc, arch = get_task(cfg.task.name), cfg.train, cfg.model.arch
-    if not (device.type == "cuda" if on_device is None else on_device):
-        gen = torch.Generator().manual_seed(tc.seed)
-        return lambda: to_device(task.batch(cfg.task, arch, tc.batch_size, gen), device)
-    lengths = torch.Generator().manual_seed(tc.seed)
-    tokens = torch.Generator(device).manual_seed(tc.seed)
-    lo, hi = cfg.task.min_len, cfg.task.max_len
-
-    def draw() -> Batch:
-        length = int(torch.randint(lo, hi + 1, (1,), generator=lengths))
-        return task.batch(cfg.task, arch, tc.batch_size, tokens, length)
-    return draw
-
-
-def set_threads(n: int) -> None:
-    """Intra-op threads are process-wide; oversubscribing 2 cores slows steps 10-50x (docs/SCIENCE.md)."""
-    with _THREADS_LOCK:
-        if torch.get_num_threads() != n:
-            torch.set_num_threads(n)
 
 
 def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Transformer:
@@ -198,6 +133,127 @@ def snapshot_steps(tc: TrainConfig) -> set[int]:
     return {round(i * tc.steps / (k - 1)) for i in range(k)}
 
 
+class Stepper(Protocol):
+    """Advances the live runs of a `fit` by one optimisation step each (one run alone, or k batched seeds)."""
+
+    def step(self, step: int) -> tuple[list[float], Tensor, Tensor, list[int]]:
+        """Train the live runs on one batch each; (learning rates, losses, grad norms before clipping, tokens
+        per run). Losses and norms stay on the device (shape () for one run, (k,) for k): no host sync."""
+
+    def model(self, j: int) -> Transformer:
+        """The plain model of live run j (for evaluation, snapshots and the final weights)."""
+
+    def keep(self, kept: list[int]) -> None:
+        """Drop the live runs not listed (`kept`: indices into the live runs, in order)."""
+
+
+def fit(cfgs: Sequence[RunConfig], stepper: Stepper, device: torch.device,
+        on_record: Sequence[Callable[[Record], None]], should_stop: Sequence[Callable[[], bool]]) -> list[TrainResult]:
+    """Train runs that share a step count, eval data and schedule length until each ends or is stopped.
+    Every run gets its own records, in the order one run alone would emit them; a stopped run ends with
+    metrics and attention at the step it reached."""
+    k, tc = len(cfgs), cfgs[0].train
+    evals = device_eval_batches(cfgs[0], device)  # batched runs share their task, so their eval data
+    snaps = snapshot_steps(tc)
+    log_every = max(1, tc.steps // MAX_LOGGED_STEPS)
+    live = list(range(k))  # runs still training, in the stepper's order
+    tokens, loss_val = [0] * k, [float("nan")] * k
+    last_eval: list[Optional[EvalRecord]] = [None] * k
+    window = [(0.0, 0)] * k  # (time, tokens) at each run's last train record, for recent throughput
+    results: dict[int, TrainResult] = {}
+    t0 = time.perf_counter()
+
+    def do_eval(j: int, step: int) -> None:
+        i, model = live[j], stepper.model(j)
+        loss, acc, em = evaluate(model, evals["eval"], device)
+        ood = evaluate(model, evals["ood"], device) if evals["ood"] else (None, None, None)
+        last_eval[i] = EvalRecord(step, time.perf_counter() - t0, tokens[i], loss, acc, em, *ood)
+        on_record[i](last_eval[i])
+
+    def snapshot(j: int, step: int) -> None:
+        on_record[live[j]](SnapshotRecord(step, probe_attention(stepper.model(j), cfgs[live[j]], device)))
+
+    def finish(j: int, step: int, stopped: bool) -> None:
+        i = live[j]
+        if stopped and step > 0:
+            if last_eval[i] is None or last_eval[i].step != step:
+                do_eval(j, step)
+            if step not in snaps:  # (at most one snapshot per step)
+                snapshot(j, step)
+        model, wall = stepper.model(j), time.perf_counter() - t0
+        results[i] = TrainResult(step, stopped, wall, str(device), model.num_params(), tokens[i] / max(wall, 1e-9),
+                                 loss_val[i], last_eval[i],
+                                 {n: v.detach().cpu().clone() for n, v in model.state_dict().items()})
+
+    if 0 in snaps:
+        for j in range(k):
+            snapshot(j, 0)
+    step = 0
+    while step < tc.steps:
+        halted = [j for j, i in enumerate(live) if should_stop[i]()]
+        if halted:
+            for j in halted:
+                finish(j, step, True)
+            kept = [j for j in range(len(live)) if j not in halted]
+            live = [live[j] for j in kept]
+            if not live:
+                break
+            stepper.keep(kept)
+        lrs, losses, norms, toks = stepper.step(step)
+        step += 1
+        for j, i in enumerate(live):
+            tokens[i] += toks[j]
+        last = step == tc.steps
+        if step % log_every == 0 or last:
+            now = time.perf_counter() - t0
+            lv, nv = losses.detach().reshape(-1).tolist(), norms.reshape(-1).tolist()  # the host sync, when logged
+            for j, i in enumerate(live):
+                loss_val[i] = lv[j]
+                tps = (tokens[i] - window[i][1]) / max(now - window[i][0], 1e-9)
+                window[i] = (now, tokens[i])
+                on_record[i](StepRecord(step, lv[j], lrs[j], nv[j], tokens[i], now, tps))
+        if step % tc.eval_every == 0 or last:
+            for j in range(len(live)):
+                do_eval(j, step)
+        if step in snaps:
+            for j in range(len(live)):
+                snapshot(j, step)
+    for j in range(len(live)):
+        finish(j, step, False)
+    return [results[i] for i in range(k)]
+
+
+class SoloStepper:
+    """One run: its model, AdamW through the fused kernel, its own batches and learning-rate schedule."""
+
+    def __init__(self, cfg: RunConfig, device: torch.device) -> None:
+        tc = cfg.train
+        self.tc, self.net = tc, build_model(cfg, device)
+        self.net.train()
+        if cfg.model.dropout > 0:  # dropout masks come from the global generator: seed it per run, so a
+            torch.manual_seed(tc.seed)  # worker process (one run at a time, job after job) repeats a run exactly
+        self.opt = make_optimizer(self.net, tc)
+        self.next_batch = batch_source(cfg, device)
+        self.params = list(self.net.parameters())  # once: model.parameters() walks every module each call
+        self.fast_opt = FastAdamW(self.opt)
+        self.clip = tc.grad_clip if tc.grad_clip > 0 else float("inf")
+        self.amp = autocast(device)
+
+    def step(self, step: int) -> tuple[list[float], Tensor, Tensor, list[int]]:
+        lr = lr_at(step, self.tc)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        b = self.next_batch()
+        loss, grad_norm = train_step(self.net, b, self.params, self.fast_opt, self.clip, self.amp)
+        return [lr], loss, grad_norm, [b.inp.numel() + (b.src.numel() if b.src is not None else 0)]
+
+    def model(self, j: int) -> Transformer:
+        return self.net
+
+    def keep(self, kept: list[int]) -> None:
+        """Nothing to drop: a stopped run alone ends the loop."""
+
+
 def train(
     cfg: RunConfig,
     on_record: Optional[Callable[[Record], None]] = None,
@@ -205,80 +261,8 @@ def train(
     threads: Optional[int] = None,
 ) -> TrainResult:
     """Train a model for `cfg.train.steps` steps (or until `should_stop()` returns True)."""
-    tc = cfg.train
-    emit = on_record or (lambda r: None)
-    stop = should_stop or (lambda: False)
-    device = resolve_device(tc.device)
+    device = resolve_device(cfg.train.device)
     if device.type == "cpu":
-        set_threads(threads or tc.threads or os.cpu_count() or 1)
-    model = build_model(cfg, device)
-    model.train()
-    if cfg.model.dropout > 0:  # dropout masks come from the global generator: seed it per run, so a
-        torch.manual_seed(tc.seed)  # worker process (one run at a time, job after job) repeats a run exactly
-    opt = make_optimizer(model, tc)
-    next_batch = batch_source(cfg, device)
-    evals = device_eval_batches(cfg, device)
-    snaps = snapshot_steps(tc)
-    log_every = max(1, tc.steps // MAX_LOGGED_STEPS)
-    clip = tc.grad_clip if tc.grad_clip > 0 else float("inf")
-    amp = autocast(device)
-    params = list(model.parameters())  # once: model.parameters() walks every module each call
-    fast_opt = FastAdamW(opt)
-    # no host sync per step: loss and grad norm stay on the device except at the logged steps
-
-    t0 = time.perf_counter()
-    tokens = 0
-    window = (0.0, 0)  # (time, tokens) at the last train record, for recent throughput
-    loss_val = float("nan")
-    last_eval: Optional[EvalRecord] = None
-
-    def do_eval(step: int) -> EvalRecord:
-        loss, acc, em = evaluate(model, evals["eval"], device)
-        ood = evaluate(model, evals["ood"], device) if evals["ood"] else (None, None, None)
-        rec = EvalRecord(step, time.perf_counter() - t0, tokens, loss, acc, em, *ood)
-        emit(rec)
-        return rec
-
-    if 0 in snaps:
-        emit(SnapshotRecord(0, probe_attention(model, cfg, device)))
-    step = 0
-    stopped = False
-    while step < tc.steps:
-        if stop():
-            stopped = True
-            break
-        lr = lr_at(step, tc)
-        for g in opt.param_groups:
-            g["lr"] = lr
-        b = next_batch()
-        loss, grad_norm = train_step(model, b, params, fast_opt, clip, amp)
-        step += 1
-        tokens += b.inp.numel() + (b.src.numel() if b.src is not None else 0)
-        last = step == tc.steps
-        if step % log_every == 0 or last:
-            now = time.perf_counter() - t0
-            loss_val = loss.item()
-            tps = (tokens - window[1]) / max(now - window[0], 1e-9)
-            window = (now, tokens)
-            emit(StepRecord(step, loss_val, lr, float(grad_norm), tokens, now, tps))
-        if step % tc.eval_every == 0 or last:
-            last_eval = do_eval(step)
-        if step in snaps:
-            emit(SnapshotRecord(step, probe_attention(model, cfg, device)))
-    if stopped and step > 0:  # a stopped run ends with metrics and attention at the step it reached
-        if last_eval is None or last_eval.step != step:
-            last_eval = do_eval(step)
-        if step not in snaps:  # (at most one snapshot per step)
-            emit(SnapshotRecord(step, probe_attention(model, cfg, device)))
-    wall = time.perf_counter() - t0
-    return TrainResult(
-        steps_done=step,
-        stopped=stopped,
-        wall_s=wall,
-        device=str(device),
-        params=model.num_params(),
-        tokens_per_s=tokens / max(wall, 1e-9),
-        final_train_loss=loss_val,
-        final_eval=last_eval,
-        state_dict={k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-    )
+        set_threads(threads or cfg.train.threads or os.cpu_count() or 1)
+    stepper = SoloStepper(cfg, device)
+    return fit([cfg], stepper, device, [on_record or (lambda r: None)], [should_stop or (lambda: False)])[0]

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.engine.jobs import execute_run
+from lab.engine.record import record_run
 from lab.teach.lesson_pages import PAGES
 from lab.engine.store import RunStore
 from tests.conftest import launch_app
@@ -36,7 +36,7 @@ def learn_app(tmp_path_factory):
     folder = tmp_path_factory.mktemp("learn")
     store = RunStore(folder / "runs")
     run_id = store.create(RUN)
-    execute_run(store, run_id, threads=1)
+    record_run(store, run_id, threads=1)
     store.close()
     with launch_app(folder) as server:
         yield server, run_id

@@ -14,7 +14,7 @@ from typing import Callable
 import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.engine.jobs import execute_run
+from lab.engine.record import record_run
 from lab.engine.store import DamagedRunError, RunStore
 from tests.test_run_ids import call_with, run_id_endpoints
 
@@ -84,7 +84,7 @@ def build_store(root: Path) -> tuple[RunStore, list[str]]:
     for seed in (0, 1):
         run_id = store.create(RunConfig(model=CFG.model, task=CFG.task, train=TrainConfig(**{
             **CFG.train.__dict__, "seed": seed})), owner="teacher")
-        execute_run(store, run_id, threads=1)
+        record_run(store, run_id, threads=1)
         healthy.append(run_id)
     store.close()
     for name, (damage, _) in DAMAGES.items():

@@ -15,7 +15,8 @@ from lab.config import RunConfig, flatten
 from lab.teach.grid import (AXES, MAX_RUNS, GridError, band, build_grid, estimate, group_runs, has_repeats, load_factor,
                       parse_values,
                       run_seconds, varied_columns)
-from lab.engine.jobs import JobManager, execute_run
+from lab.engine.jobs import JobManager
+from lab.engine.record import record_run
 from lab.views.plots import bands_figure, params_figure, to_png
 from lab.engine.store import RunStore
 from ui.common import AppContext, short_label
@@ -143,7 +144,7 @@ def grid_store(tmp_path_factory):
     cfgs = build_grid(tiny_steps(BASE, 12), [("PE", "rope, alibi"), ("seed", "1, 2")])
     ids = [store.create(c) for c in cfgs]
     for r in ids:
-        execute_run(store, r, threads=1)
+        record_run(store, r, threads=1)
     return AppContext(store=store, jobs=JobManager(store, max_concurrent=1)), ids
 
 

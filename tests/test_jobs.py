@@ -1,4 +1,4 @@
-"""Background jobs: queue, concurrency cap, stop, failures, and execute_run's bookkeeping."""
+"""Background jobs: queue, concurrency cap, stop, failures, and record_run's bookkeeping."""
 from __future__ import annotations
 
 import os
@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.engine.jobs import JobManager, JobStatus, execute_run
+from lab.engine.jobs import JobManager, JobStatus
+from lab.engine.record import record_run
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
 from lab.engine.store import RunStore
 
@@ -95,10 +96,10 @@ def wait_for(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
         time.sleep(0.005)
 
 
-def test_execute_run_records_everything(store):
+def test_record_run_records_everything(store):
     run_id = store.create(CFG)
     seen = []
-    result = execute_run(store, run_id, train_fn=FakeTrainer(step_s=0), threads=3, on_record=seen.append)
+    result = record_run(store, run_id, train_fn=FakeTrainer(step_s=0), threads=3, on_record=seen.append)
     assert result.steps_done == 20 and len(seen) == 22
     status = store.status(run_id)
     assert (status["state"], status["step"], status["error"]) == ("completed", 20, None)
@@ -112,13 +113,13 @@ def test_execute_run_records_everything(store):
         "ood": {"loss": 1.5, "token_acc": 0.4, "exact_match": 0.1}, "wall_s": result.wall_s,
         "tokens_per_s": 100.0, "device": "cpu", "stopped": False}
     with pytest.raises(ValueError, match="is completed, not queued"):
-        execute_run(store, run_id, train_fn=FakeTrainer())
+        record_run(store, run_id, train_fn=FakeTrainer())
 
 
-def test_execute_run_failure_is_recorded_and_reraised(store):
+def test_record_run_failure_is_recorded_and_reraised(store):
     run_id = store.create(named("bad"))
     with pytest.raises(RuntimeError, match="boom"):
-        execute_run(store, run_id, train_fn=FakeTrainer(fail_on="bad"))
+        record_run(store, run_id, train_fn=FakeTrainer(fail_on="bad"))
     status = store.status(run_id)
     assert (status["state"], status["error"]) == ("failed", "boom: bad things")  # one line
 
@@ -187,17 +188,15 @@ def test_failing_job_is_failed_and_worker_goes_on(store):
 
 def test_an_error_outside_training_fails_the_run_but_keeps_the_worker(store, monkeypatch):
     """Even an exception the training wrapper does not catch leaves the slot working (one slot here)."""
-    import lab.engine.jobs
+    real, calls = JobManager._train, []
 
-    real, calls = lab.engine.jobs.execute, []
-
-    def flaky(*args, **kwargs):
+    def flaky(self, *args, **kwargs):
         calls.append(1)
         if len(calls) == 1:
             raise OSError("disk on fire")
-        return real(*args, **kwargs)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(lab.engine.jobs, "execute", flaky)
+    monkeypatch.setattr(JobManager, "_train", flaky)
     jm = JobManager(store, max_concurrent=1, train_fn=FakeTrainer())
     bad, good = jm.submit(named("bad")), jm.submit(named("good"))
     st = jm.wait(bad, timeout=30)

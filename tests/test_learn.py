@@ -15,7 +15,8 @@ from lab.teach import lessons
 from lab.params import param_formula
 from lab.views.analysis import attention
 from lab.config import ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.engine.jobs import JobManager, execute_run
+from lab.engine.jobs import JobManager
+from lab.engine.record import record_run
 from lab.teach.lesson_figures import DRAW, page_figure
 from lab.teach.lesson_pages import PAGE_KEYS, PAGES, markdown, page
 from lab.model import Transformer
@@ -228,7 +229,7 @@ def test_subject_for_runs_with_and_without_weights(ctx):
     assert subject_for(ctx, NO_RUN).source.startswith("a fresh, untrained model built from the default config")
     assert subject_for(ctx, None).cfg == RunConfig()
     done = ctx.store.create(TINY)
-    execute_run(ctx.store, done, threads=1)
+    record_run(ctx.store, done, threads=1)
     s = subject_for(ctx, done)
     assert s.trained and s.cfg == TINY and "final weights after 40 steps" in s.source
     queued = ctx.store.create(TINY_ED)

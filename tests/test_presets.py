@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lab.config import RunConfig
-from lab.engine.jobs import summary_of
+from lab.engine.record import summary_of
 from lab.teach.presets import LN_RUNS, METRICS, PES, PRESETS, SEEDS, Preset
 from lab.records import EvalRecord, StepRecord
 from lab.tasks import get_task

@@ -1,110 +1,35 @@
-"""Background execution: a FIFO queue, worker threads under a concurrency cap, stop, status.
+"""Background execution: a fair queue, job threads under a concurrency cap, stop, status.
 
-`execute_run` is the synchronous glue between the trainer and the store (the CLI calls
-it directly). `JobManager` runs it on daemon worker threads: a job's exception becomes
-a "failed" status with its message, and the worker goes on to the next job. Status
-snapshots are taken under one lock, from the latest records each job has seen.
+`JobManager` admits runs under the server's limits (lab/engine/limits.py), queues them and gives each
+free slot the next one; a slot's thread has the run trained and recorded (lab/engine/record.py) in a
+worker process of its pool (lab/engine/pool.py) or, for tests, in the thread itself. A job's exception
+becomes a "failed" status with its message, and the slot goes on to the next job. Status snapshots are
+taken under one lock, from the latest records each job has seen.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
+from lab.batched import batch_key
 from lab.config import RunConfig
+from lab.engine.environment import MODES, batch_seeds_default, default_max_concurrent, default_mode
 from lab.engine.limits import Limits, check_admission
-from lab.records import Record, SnapshotRecord, StepRecord
+from lab.engine.pool import WorkerPool
+from lab.engine.record import Outcome, error_line, fail_runs, outcomes
 from lab.engine.store import LIVE_STATES, TERMINAL_STATES, DamagedRunError, RunStore, now_iso
-from lab.engine.worker import MODES, batch_seeds_default, default_mode, execute, warm_up
-
-if TYPE_CHECKING:
-    from lab.trainer import TrainResult
+from lab.records import Record, StepRecord
 
 log = logging.getLogger(__name__)
-STATUS_EVERY_S = 2.0  # how often a running job refreshes "step" in status.json
 MAX_FINISHED = 500  # finished jobs remembered in memory (older ones are read from the store)
+SPARE_DELAY_S = 10.0  # the app warms up its spare worker processes this long after it starts
 _SHUT_DOWN = "job manager shut down before the run started"
-
-
-def error_line(exc: BaseException, limit: int = 1000) -> str:
-    """An exception as one line of text for status.json (its type name if it has no message)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def run_recorder(store: RunStore, run_id: str,
-                 extra: Callable[[Record], None] | None = None) -> Callable[[Record], None]:
-    """The callback that writes a training's records into its run folder: snapshots as files, the
-    rest appended to metrics, the status's step refreshed every STATUS_EVERY_S; then `extra`."""
-    last_write = [time.monotonic()]
-
-    def record(rec: Record) -> None:
-        if isinstance(rec, SnapshotRecord):
-            store.save_snapshot(run_id, rec)
-        else:
-            store.append(run_id, rec)
-            now = time.monotonic()
-            if now - last_write[0] >= STATUS_EVERY_S:
-                store.set_status(run_id, "running", step=rec.step)
-                last_write[0] = now
-        if extra is not None:
-            extra(rec)
-    return record
-
-
-def execute_run(
-    store: RunStore,
-    run_id: str,
-    should_stop: Callable[[], bool] = lambda: False,
-    train_fn: Callable[..., Any] | None = None,
-    threads: int | None = None,
-    on_record: Callable[[Record], None] | None = None,
-) -> TrainResult:
-    """Train a queued run to the end, recording everything in the store; return the
-    TrainResult. Any exception marks the run "failed" (message kept) and is re-raised.
-    `on_record`, if given, also sees every record (after the store has saved it)."""
-    state = store.status(run_id).get("state")
-    if state != "queued":
-        raise ValueError(f"run_id: {run_id!r} is {state}, not queued; only a queued run can start")
-    try:
-        cfg = store.config(run_id)
-        if train_fn is None:
-            from lab.trainer import train as train_fn  # lazy: torch model code loads on first run
-        store.set_status(run_id, "running", started_at=now_iso(), step=0, error=None)
-        result = train_fn(cfg, on_record=run_recorder(store, run_id, on_record), should_stop=should_stop,
-                          threads=threads)
-        store.save_weights(run_id, result.state_dict)
-        store.write_summary(run_id, summary_of(result))
-        store.set_status(
-            run_id, "stopped" if result.stopped else "completed", step=result.steps_done, finished_at=now_iso()
-        )
-        return result
-    except BaseException as exc:
-        failed = "failed" if isinstance(exc, Exception) else "interrupted"
-        try:
-            store.set_status(run_id, failed, error=error_line(exc), finished_at=now_iso())
-        except Exception:  # the store itself is failing: keep the original error
-            log.exception("could not record the failure of run %s", run_id)
-        raise
-
-
-def summary_of(result: TrainResult) -> dict[str, Any]:
-    """The summary.json dict for a TrainResult."""
-    ev = result.final_eval
-    evals = ood = None
-    if ev is not None:
-        evals = {"loss": ev.loss, "token_acc": ev.token_acc, "exact_match": ev.exact_match}
-        if ev.ood_loss is not None:
-            ood = {"loss": ev.ood_loss, "token_acc": ev.ood_token_acc, "exact_match": ev.ood_exact_match}
-    return {
-        "params": result.params, "steps": result.steps_done, "train_loss": result.final_train_loss,
-        "eval": evals, "ood": ood, "wall_s": result.wall_s, "tokens_per_s": result.tokens_per_s,
-        "device": result.device, "stopped": result.stopped,
-    }
 
 
 @dataclass(frozen=True)
@@ -137,21 +62,6 @@ class _Job:
     group: str | None = None  # submit_many: queued runs with one group train as one batched model
 
 
-SPARE_DELAY_S = 10.0  # seconds after the job manager starts before it warms up its spare worker processes
-
-
-def default_max_concurrent() -> int:
-    """LAB_MAX_CONCURRENT, else 4 on CUDA, else one job per CPU core capped at 4."""
-    env = os.environ.get("LAB_MAX_CONCURRENT", "").strip()
-    if env:
-        if not env.isdigit() or not 1 <= int(env) <= 64:
-            raise ValueError(f"LAB_MAX_CONCURRENT: {env!r} is not an integer from 1 to 64")
-        return int(env)
-    import torch
-
-    return 4 if torch.cuda.is_available() else max(1, min(4, os.cpu_count() or 1))
-
-
 class JobManager:
     """Runs submitted configs on daemon worker threads, at most `max_concurrent` at once."""
 
@@ -166,18 +76,13 @@ class JobManager:
         self.store = store
         self.max_concurrent = max_concurrent
         self.train_fn = train_fn
-        # where training runs (lab/worker.py): a worker process by default; a custom train_fn
-        # (tests) runs in the worker thread unless `mode` says otherwise
+        # where training runs: a worker process by default (lab/engine/pool.py); a custom train_fn
+        # (tests) runs in the job's thread unless `mode` says otherwise
         self.mode = mode or ("thread" if train_fn is not None else default_mode())
         if self.mode not in MODES:
             raise ValueError(f"mode: {self.mode!r} is not one of {', '.join(MODES)}")
         self.batch_seeds = train_fn is None and batch_seeds_default()
-        if self.mode == "process":
-            # spares start a little later: importing torch in them while the app itself starts slowed the
-            # app's cold start (1.15x -> 1.36x of a bare import of gradio and torch, measured)
-            spares = threading.Timer(SPARE_DELAY_S, warm_up, args=(max_concurrent,))
-            spares.daemon = True
-            spares.start()
+        self.pool = WorkerPool(max_concurrent) if self.mode == "process" else None
         self.limits = limits if limits is not None else Limits()  # lab/limits.py; Limits.from_env() for a server
         self._admitting: dict[str, int] = {}  # owner -> runs admitted whose folder is still being written
         self._cond = threading.Condition()
@@ -186,6 +91,15 @@ class JobManager:
         self._workers: list[threading.Thread] = []
         self._idle = 0
         self._closed = False
+
+    def warm_up(self, delay_s: float = 0.0) -> None:
+        """Start the worker processes (one per slot) in the background after `delay_s`, so the first runs
+        start at once. The app waits a little: importing torch in them while the app itself starts slowed
+        its cold start (1.15x -> 1.36x of a bare import of gradio and torch, measured)."""
+        if self.pool is not None:
+            timer = threading.Timer(delay_s, self.pool.warm_up, args=(self.max_concurrent,))
+            timer.daemon = True
+            timer.start()
 
     def threads_for(self, cfg: RunConfig) -> int:
         """Intra-op threads for a job. Torch threads are process-global, so concurrent jobs
@@ -207,8 +121,6 @@ class JobManager:
         With `batch_seeds` on, configs that differ only in seed (or lr) train as one batched model
         (lab/batched.py) and are stored as separate runs; none starts before every run is queued,
         so a group stays whole."""
-        from lab.batched import batch_key
-
         cfgs = list(cfgs)
         with self._cond:
             if self._closed:
@@ -302,6 +214,8 @@ class JobManager:
             workers = list(self._workers)
         for run_id in dropped:
             self.store.set_status(run_id, "interrupted", error=_SHUT_DOWN, finished_at=now_iso())
+        if self.pool is not None:
+            self.pool.close()
         if wait:
             for worker in workers:
                 worker.join()
@@ -399,7 +313,7 @@ class JobManager:
         return run_id
 
     def _run(self, batch: list[_Job]) -> None:
-        """Train one job, or a batched group, in this thread or a worker process (lab/worker.py)."""
+        """Train one job, or a batched group, in this thread or a worker process."""
         jobs = {job.run_id: job for job in batch}
 
         def seen(run_id: str, rec: Record) -> None:
@@ -407,30 +321,35 @@ class JobManager:
                 with self._cond:
                     jobs[run_id].last_step = rec
 
-        outcome: dict[str, tuple[str, str | None]] = {}
+        ends: dict[str, Outcome] = {}
         try:
-            try:
-                threads = self.threads_for(self.store.config(batch[0].run_id))
-            except (DamagedRunError, OSError):
-                threads = 1  # execute_run records the damage as the failure
-            stops = {job.run_id: job.stop_event for job in batch}
-            outcome = execute(self.store, list(jobs), stops, threads, seen, self.mode, self.train_fn)
+            ends = self._train(list(jobs), {job.run_id: job.stop_event for job in batch}, seen)
         except BaseException as exc:  # never lose a worker: its runs fail with the reason, the slot stays
-            error = error_line(exc)
-            log.warning("job worker: %s", error, exc_info=True)
-            outcome = {run_id: ("failed", error) for run_id in jobs}
-            for run_id in jobs:
-                try:
-                    if self.store.status(run_id).get("state") in LIVE_STATES:
-                        self.store.set_status(run_id, "failed", error=error, finished_at=now_iso())
-                except (DamagedRunError, OSError, ValueError):
-                    pass  # the store cannot record it; the in-memory status says it
+            log.warning("job worker: %s", error_line(exc), exc_info=True)
+            ends = fail_runs(self.store, list(jobs), error_line(exc))
         finally:
             with self._cond:
                 for run_id, job in jobs.items():
-                    job.state, job.error = outcome.get(run_id, ("failed", "the job's worker stopped unexpectedly"))
+                    end = ends.get(run_id, Outcome("failed", "the job's worker stopped unexpectedly"))
+                    job.state, job.error = end.state, end.error
                 self._forget_old()
                 self._cond.notify_all()
+
+    def _train(self, run_ids: list[str], stops: dict[str, threading.Event],
+               seen: Callable[[str, Record], None]) -> dict[str, Outcome]:
+        """Train the runs of one job where this manager trains (a worker process or this thread)."""
+        try:
+            threads = self.threads_for(self.store.config(run_ids[0]))
+        except (DamagedRunError, OSError):
+            threads = 1  # recording the run reports the damage as its failure
+        if self.pool is None:
+            return outcomes(self.store, run_ids, {r: e.is_set for r, e in stops.items()}, threads,
+                            {r: functools.partial(seen, r) for r in run_ids}, self.train_fn)
+        try:
+            return self.pool.run(self.store, run_ids, stops, threads, seen, self.train_fn)
+        except Exception as exc:  # could not even start the process
+            log.warning("could not start a training process", exc_info=True)
+            return fail_runs(self.store, run_ids, f"could not start the training process: {exc}")
 
     def _forget_old(self) -> None:
         finished = [r for r, j in self._jobs.items() if j.state in TERMINAL_STATES]

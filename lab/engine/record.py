@@ -1,0 +1,149 @@
+"""Training runs into the store: the one place that turns a queued run into a finished, recorded run.
+
+`record_runs` trains one run alone or a batched group of seed repeats (lab/batched.py) and records every
+run exactly as if it had trained alone: status (queued -> running -> completed / stopped / failed),
+metrics appended line by line, attention snapshots, weights and a summary. The CLI calls it directly,
+the job manager's workers call `outcomes` (the same, but it never raises), in a thread or in a worker
+process (lab/engine/worker.py).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
+
+from lab.engine.store import LIVE_STATES, RunStore, now_iso
+from lab.records import Record, SnapshotRecord
+
+if TYPE_CHECKING:
+    from lab.trainer import TrainResult
+
+log = logging.getLogger(__name__)
+STATUS_EVERY_S = 2.0  # how often a running job refreshes "step" in status.json
+TrainFn = Callable[..., Any]  # lab.trainer.train's signature (tests pass fakes)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a run ended: completed, stopped or failed (with the reason, one line)."""
+
+    state: str
+    error: Optional[str] = None
+
+
+def error_line(exc: BaseException, limit: int = 1000) -> str:
+    """An exception as one line of text for status.json (its type name if it has no message)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def summary_of(result: TrainResult) -> dict[str, Any]:
+    """The summary.json dict for a TrainResult."""
+    ev = result.final_eval
+    evals = ood = None
+    if ev is not None:
+        evals = {"loss": ev.loss, "token_acc": ev.token_acc, "exact_match": ev.exact_match}
+        if ev.ood_loss is not None:
+            ood = {"loss": ev.ood_loss, "token_acc": ev.ood_token_acc, "exact_match": ev.ood_exact_match}
+    return {
+        "params": result.params, "steps": result.steps_done, "train_loss": result.final_train_loss,
+        "eval": evals, "ood": ood, "wall_s": result.wall_s, "tokens_per_s": result.tokens_per_s,
+        "device": result.device, "stopped": result.stopped,
+    }
+
+
+def run_recorder(store: RunStore, run_id: str,
+                 extra: Callable[[Record], None] | None = None) -> Callable[[Record], None]:
+    """The callback that writes a training's records into its run folder: snapshots as files, the
+    rest appended to metrics, the status's step refreshed every STATUS_EVERY_S; then `extra`."""
+    last_write = [time.monotonic()]
+
+    def record(rec: Record) -> None:
+        if isinstance(rec, SnapshotRecord):
+            store.save_snapshot(run_id, rec)
+        else:
+            store.append(run_id, rec)
+            now = time.monotonic()
+            if now - last_write[0] >= STATUS_EVERY_S:
+                store.set_status(run_id, "running", step=rec.step)
+                last_write[0] = now
+        if extra is not None:
+            extra(rec)
+    return record
+
+
+def fail_runs(store: RunStore, run_ids: Sequence[str], error: str, state: str = "failed") -> dict[str, Outcome]:
+    """Mark the runs that are still live (or were marked interrupted by a dying worker) as `state`, with
+    the reason; a run the store cannot update (damaged, deleted) keeps its in-memory outcome."""
+    for rid in run_ids:
+        try:
+            if store.status(rid).get("state") in LIVE_STATES + ("interrupted",):
+                store.set_status(rid, state, error=error, finished_at=now_iso())
+        except Exception:  # the store itself is failing: keep the original error
+            log.warning("could not record the end of run %s", rid, exc_info=True)
+    return {rid: Outcome(state, error) for rid in run_ids}
+
+
+def record_runs(
+    store: RunStore,
+    run_ids: Sequence[str],
+    should_stop: Optional[Mapping[str, Callable[[], bool]]] = None,
+    threads: Optional[int] = None,
+    on_record: Optional[Mapping[str, Callable[[Record], None]]] = None,
+    train_fn: Optional[TrainFn] = None,
+) -> list[TrainResult]:
+    """Train queued runs (one alone, or a batched group) to the end, recording everything in the store;
+    return their TrainResults in order. Any exception marks every run of the group failed (message kept;
+    "interrupted" for Ctrl-C and the like) and is re-raised. `on_record[run_id]`, if given, also sees each
+    record of that run after the store has saved it; `should_stop[run_id]()` stops that run at its next step."""
+    for rid in run_ids:
+        state = store.status(rid).get("state")
+        if state != "queued":
+            raise ValueError(f"run_id: {rid!r} is {state}, not queued; only a queued run can start")
+    stops, extras = should_stop or {}, on_record or {}
+    try:
+        cfgs = [store.config(rid) for rid in run_ids]
+        for rid in run_ids:
+            store.set_status(rid, "running", started_at=now_iso(), step=0, error=None)
+        recorders = [run_recorder(store, rid, extras.get(rid)) for rid in run_ids]
+        halts = [stops.get(rid, lambda: False) for rid in run_ids]
+        if len(run_ids) > 1:
+            from lab.batched import train_batched  # lazy: torch model code loads on the first run
+
+            results = train_batched(cfgs, recorders, halts, threads)
+        else:
+            if train_fn is None:
+                from lab.trainer import train as train_fn
+            results = [train_fn(cfgs[0], on_record=recorders[0], should_stop=halts[0], threads=threads)]
+        for rid, result in zip(run_ids, results):
+            store.save_weights(rid, result.state_dict)
+            store.write_summary(rid, summary_of(result))
+            store.set_status(rid, "stopped" if result.stopped else "completed", step=result.steps_done,
+                             finished_at=now_iso())
+        return results
+    except BaseException as exc:
+        fail_runs(store, run_ids, error_line(exc), "failed" if isinstance(exc, Exception) else "interrupted")
+        raise
+
+
+def record_run(store: RunStore, run_id: str, should_stop: Callable[[], bool] = lambda: False,
+               train_fn: Optional[TrainFn] = None, threads: Optional[int] = None,
+               on_record: Optional[Callable[[Record], None]] = None) -> TrainResult:
+    """`record_runs` for one run (the CLI's and the tests' form)."""
+    return record_runs(store, [run_id], {run_id: should_stop}, threads,
+                       {run_id: on_record} if on_record else None, train_fn)[0]
+
+
+def outcomes(store: RunStore, run_ids: Sequence[str], should_stop: Mapping[str, Callable[[], bool]],
+             threads: Optional[int], on_record: Mapping[str, Callable[[Record], None]],
+             train_fn: Optional[TrainFn] = None) -> dict[str, Outcome]:
+    """`record_runs` for a job worker: never raises for a training error (the runs fail with the reason,
+    the worker goes on to its next job); returns each run's outcome."""
+    try:
+        results = record_runs(store, run_ids, should_stop, threads, on_record, train_fn)
+    except Exception as exc:
+        error = error_line(exc)
+        log.warning("runs %s failed: %s", ", ".join(run_ids), error, exc_info=True)
+        return {rid: Outcome("failed", error) for rid in run_ids}
+    return {rid: Outcome("stopped" if r.stopped else "completed") for rid, r in zip(run_ids, results)}
