@@ -75,7 +75,8 @@ class BatchedStepper:
         self.live = list(range(len(cfgs)))  # runs still training, in stack order
 
     def _loss(self, p: dict[str, Tensor], inp: Tensor, tgt: Tensor) -> Tensor:
-        return functional_call(self.shell, (p, self.buffers), (inp, None, tgt)).loss
+        return functional_call(self.shell, (p, self.buffers), (inp, None, tgt),
+                               {"label_smoothing": self.cfgs[0].train.label_smoothing}).loss
 
     def step(self, step: int) -> tuple[list[float], Tensor, Tensor, list[int]]:
         batches = [self.sources[i]() for i in self.live]

@@ -203,7 +203,11 @@ class Transformer(nn.Module):
         src: Optional[Tensor] = None,
         targets: Optional[Tensor] = None,
         need_weights: bool = False,
+        label_smoothing: float = 0.0,
     ) -> ModelOutput:
+        """Logits for every position; with `targets`, the mean cross-entropy over scored positions, with
+        `label_smoothing` eps: (1 - eps) * CE + eps * mean over the vocabulary of -log p (Szegedy et al.
+        2016, sec. 7; Vaswani et al. 2017, sec. 5.4). With `need_weights`, every attention pattern."""
         attention: dict[str, Tensor] = {}
         memory = None
         if self.encoder is not None:
@@ -223,7 +227,8 @@ class Transformer(nn.Module):
         loss = None
         if targets is not None:
             loss = F.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX
+                logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX,
+                label_smoothing=label_smoothing,
             )
         return ModelOutput(logits=logits, loss=loss, attention=attention)
 

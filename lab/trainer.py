@@ -78,11 +78,11 @@ def lr_at(step: int, tc: TrainConfig) -> float:
 
 
 def train_step(model: Transformer, b: Batch, params: list[Tensor], opt: FastAdamW, clip: float,
-               amp: contextlib.AbstractContextManager) -> tuple[Tensor, Tensor]:
+               amp: contextlib.AbstractContextManager, smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
     """One optimisation step: forward, backward, clip the gradients' joint norm to `clip`, AdamW.
     Returns (loss, grad norm before clipping), both on the device: no host sync here."""
     with amp:
-        loss = model(b.inp, b.src, b.tgt).loss
+        loss = model(b.inp, b.src, b.tgt, label_smoothing=smoothing).loss
     for p in params:  # zero_grad(set_to_none=True), without walking the param groups
         p.grad = None
     loss.backward()
@@ -244,7 +244,8 @@ class SoloStepper:
         for g in self.opt.param_groups:
             g["lr"] = lr
         b = self.next_batch()
-        loss, grad_norm = train_step(self.net, b, self.params, self.fast_opt, self.clip, self.amp)
+        loss, grad_norm = train_step(self.net, b, self.params, self.fast_opt, self.clip, self.amp,
+                                     self.tc.label_smoothing)
         return [lr], loss, grad_norm, [b.inp.numel() + (b.src.numel() if b.src is not None else 0)]
 
     def model(self, j: int) -> Transformer:
