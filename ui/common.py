@@ -25,7 +25,7 @@ class AppContext:
     jobs: JobManager
 
 
-def friendly(fn: Callable) -> Callable:
+def errors_as_messages(fn: Callable) -> Callable:
     """Turn any exception in a callback into a one-line message (gr.Error), never a traceback."""
 
     @functools.wraps(fn)
@@ -44,7 +44,7 @@ def friendly(fn: Callable) -> Callable:
     return wrapper
 
 
-def named(fn: Callable, names: list[str]) -> Callable:
+def with_api_params(fn: Callable, names: list[str]) -> Callable:
     """Give a *args callback real parameter names, so the API (gradio_client) shows them."""
     params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
 

@@ -21,7 +21,7 @@ from lab.teach.grid import band, group_runs, varied_columns
 from lab.engine.limits import thin
 from lab.views.plots import bands_figure, curves_figure, params_figure, to_png
 from lab.engine.store import LIVE_STATES
-from ui.common import (CURVES, X_AXES, AppContext, colour_map, compact, curve, friendly, named, short_label,
+from ui.common import (CURVES, X_AXES, AppContext, colour_map, compact, curve, errors_as_messages, with_api_params, short_label,
                        with_series)
 
 # the run table's config columns and the filters come from the fields' declarations (lab/config.py)
@@ -281,30 +281,30 @@ def build_compare_tab(ctx: AppContext) -> CompareTab:
         files = gr.File(label="Exported files", file_count="multiple", interactive=False)
         timer = gr.Timer(LIVE_POLL_S, active=False)
 
-    @friendly
+    @errors_as_messages
     def on_refresh(*fs: Any):
         df = filtered(ctx, list(fs))
         return run_table(df), gr.Dropdown(choices=choices(df))
 
     listing_triggers = [refresh.click, tab.select] + [f.change for f in filters]
     fnames = [c.split(".")[1] for c in FILTERS]
-    gr.on(listing_triggers, named(on_refresh, fnames), inputs=filters, outputs=[table, pick], api_name="list_runs")
+    gr.on(listing_triggers, with_api_params(on_refresh, fnames), inputs=filters, outputs=[table, pick], api_name="list_runs")
 
-    @friendly
+    @errors_as_messages
     def on_all(*fs: Any):
         return gr.Dropdown(value=[r for _, r in choices(filtered(ctx, list(fs)))])
 
-    all_btn.click(named(on_all, fnames), inputs=filters, outputs=pick, api_name="select_all")
+    all_btn.click(with_api_params(on_all, fnames), inputs=filters, outputs=pick, api_name="select_all")
     settings = [pick, metric, xaxis, smooth, diff_only]
     snames = ["run_ids", "metric", "x", "smoothing", "diff_only"]
 
-    @friendly
+    @errors_as_messages
     def on_compare(run_ids: list[str], metric: str, x: str, smoothing: float, diff_only: bool):
         starts = turn_on(any_live(ctx, run_ids))  # read before the frames: see live_views
         curves_df, *rest = compare_frames(ctx, run_ids, metric, x, smoothing, diff_only)
         return gr.LinePlot(value=curves_df, x_title=x, y_title=metric), *rest, starts
 
-    @friendly
+    @errors_as_messages
     def on_colours(shown: Any):
         # A second step, once the new curves are in (see the note in ui/common.py). The colours are for
         # the series the plot now holds, not for the selection: a newer selection may already be in the
@@ -316,21 +316,21 @@ def build_compare_tab(ctx: AppContext) -> CompareTab:
           api_name="compare", trigger_mode="always_last").success(
         on_colours, inputs=curves, outputs=curves, api_name="compare_colours", show_progress="hidden")
 
-    @friendly
+    @errors_as_messages
     def on_groups(run_ids: list[str], metric: str, x: str, smoothing: float, grouped: bool):
         starts = turn_on(any_live(ctx, run_ids))  # read before the frames: see live_views
         return *group_views(ctx, run_ids, metric, x, smoothing, grouped), starts
 
     group_inputs = [pick, metric, xaxis, smooth, group]
-    gr.on([c.change for c in group_inputs], named(on_groups, snames[:4] + ["group"]), inputs=group_inputs,
+    gr.on([c.change for c in group_inputs], with_api_params(on_groups, snames[:4] + ["group"]), inputs=group_inputs,
           outputs=[bands, groups, timer], api_name="compare_groups", trigger_mode="always_last")
 
-    @friendly
+    @errors_as_messages
     def on_tick(run_ids: list[str], metric: str, x: str, smoothing: float, diff_only: bool, grouped: bool):
         return live_views(ctx, run_ids, metric, x, smoothing, diff_only, grouped)
 
     timer.tick(on_tick, inputs=settings + [group], outputs=[curves, finals, bands, groups, timer],
                api_name="compare_live", show_progress="hidden")
-    export_btn.click(named(friendly(lambda *a: export(ctx, *a)), snames[:4]), inputs=[pick, metric, xaxis, smooth],
+    export_btn.click(with_api_params(errors_as_messages(lambda *a: export(ctx, *a)), snames[:4]), inputs=[pick, metric, xaxis, smooth],
                      outputs=files, api_name="export")
     return CompareTab(tab, pick, metric, group, note, curves)

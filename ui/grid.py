@@ -14,7 +14,7 @@ import gradio as gr
 
 from lab.config import ConfigError, RunConfig
 from lab.teach.grid import AXES, MAX_AXES, MAX_RUNS, build_grid, estimate, load_factor
-from ui.common import AppContext, friendly, named, remember_runs
+from ui.common import AppContext, errors_as_messages, with_api_params, remember_runs
 from ui.compare import reset_curves, select
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values
 
@@ -40,7 +40,7 @@ class GridPanel:
         """Register Launch once Compare exists: it opens Compare on the grid's runs, grouped."""
         ctx, n_knobs = self.ctx, len(KNOB_KEYS)
 
-        @friendly
+        @errors_as_messages
         def on_launch(*args: Any):
             knobs, rest = args[:n_knobs], args[n_knobs:]
             cfgs = grid_configs(knobs, rest[:2 * MAX_AXES])
@@ -52,7 +52,7 @@ class GridPanel:
                     select(ctx, ids), gr.skip(), gr.Checkbox(value=True), reset_curves())
 
         inputs = self.knob_inputs + _axis_inputs(self) + [self.my_runs, self.owner]
-        self.launch.click(named(on_launch, api_names() + ["my_runs", "owner"]), inputs=inputs,
+        self.launch.click(with_api_params(on_launch, api_names() + ["my_runs", "owner"]), inputs=inputs,
                           outputs=[self.preview, self.my_runs, tabs, *compare.opener()],
                           api_name="grid_launch", preprocess=False)
 
@@ -123,7 +123,7 @@ def build_grid_panel(ctx: AppContext, widgets: dict, my_runs: gr.BrowserState,
     knob_inputs = [widgets[k] for k in KNOB_KEYS]
     panel = GridPanel(axes, values, preview, launch, knob_inputs, my_runs, owner, ctx)
 
-    @friendly
+    @errors_as_messages
     def on_preview(*args: Any) -> str:
         return preview_text(ctx, args[:len(KNOB_KEYS)], args[len(KNOB_KEYS):])
 
@@ -134,6 +134,6 @@ def build_grid_panel(ctx: AppContext, widgets: dict, my_runs: gr.BrowserState,
         ax.input(None, inputs=[ax, box], outputs=box, js=on_axis, api_name=f"grid_axis{i}_examples",
                  show_progress="hidden")
     triggers = [w.change for w in knob_inputs + _axis_inputs(panel)]
-    gr.on(triggers, named(on_preview, api_names()), inputs=knob_inputs + _axis_inputs(panel), outputs=preview,
+    gr.on(triggers, with_api_params(on_preview, api_names()), inputs=knob_inputs + _axis_inputs(panel), outputs=preview,
           api_name="grid_preview", show_progress="hidden", trigger_mode="always_last", preprocess=False)
     return panel

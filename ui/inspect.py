@@ -15,7 +15,7 @@ import pandas as pd
 from lab.views.analysis import attention, load_model, parse_probe, positional_view, sampled_probe
 from lab.config import ConfigError
 from lab.views.plots import KIND_TITLES, attention_grid, positional_figure
-from ui.common import AppContext, friendly, named, short_label
+from ui.common import AppContext, errors_as_messages, with_api_params, short_label
 
 KINDS = ("enc_self", "dec_self", "cross")
 SOURCES = ("sampled", "typed")
@@ -148,22 +148,22 @@ def build_inspect_tab(ctx: AppContext) -> gr.Tab:
                     note = gr.Markdown()
                     sides.append((pick, scatter, fig, note))
 
-    @friendly
+    @errors_as_messages
     def on_tab():
         ch = run_choices(ctx)
         first = ch[0][1] if ch else None
         return gr.Dropdown(choices=ch, value=first), gr.Dropdown(choices=ch, value=ch[1][1] if len(ch) > 1 else first)
 
     tab.select(on_tab, outputs=[run, run_b], api_name="inspect_runs")
-    draw = named(friendly(lambda *a: attention_figures(ctx, *a)), ["run_id", "source", "text", "step"])
+    draw = with_api_params(errors_as_messages(lambda *a: attention_figures(ctx, *a)), ["run_id", "source", "text", "step"])
     att_inputs, att_outputs = [run, source, text, step], plots + [caption]
-    run.change(named(friendly(lambda r: step_slider(ctx, r)), ["run_id"]), inputs=run, outputs=step, api_name="snapshot_steps").then(
+    run.change(with_api_params(errors_as_messages(lambda r: step_slider(ctx, r)), ["run_id"]), inputs=run, outputs=step, api_name="snapshot_steps").then(
         draw, inputs=att_inputs, outputs=att_outputs, api_name="attention_for_run", preprocess=False)
     gr.on([source.change, text.submit, step.release], draw, inputs=att_inputs, outputs=att_outputs,
           api_name="attention", trigger_mode="always_last", preprocess=False)
     # preprocess=False: the Radio's and Slider's own checks would refuse a bad value with a message naming
     # no field; checked_inputs names it (raw values of these widgets are what the callback expects anyway)
     for i, (pick, scatter, fig, note) in enumerate(sides):
-        pick.change(named(friendly(lambda r: positional_panel(ctx, r)), ["run_id"]), inputs=pick, outputs=[scatter, fig, note],
+        pick.change(with_api_params(errors_as_messages(lambda r: positional_panel(ctx, r)), ["run_id"]), inputs=pick, outputs=[scatter, fig, note],
                     api_name=f"positional_{'ab'[i]}")
     return tab

@@ -16,7 +16,7 @@ from lab.teach.lesson_figures import page_figure
 from lab.teach.lesson_pages import PAGE_KEYS, PAGES, markdown, page
 from lab.teach.lessons import Subject, default_subject
 from lab.engine.storefs import RunNotFoundError
-from ui.common import AppContext, friendly, named, short_label
+from ui.common import AppContext, errors_as_messages, with_api_params, short_label
 from ui.inspect import run_choices
 
 NO_RUN = "(untrained default model)"  # never a run id: run ids start with a letter or digit
@@ -77,19 +77,19 @@ def build_learn_tab(ctx: AppContext) -> gr.Tab:
             prev = gr.Button("← Previous page", size="sm", elem_id="learn-prev")
             nxt = gr.Button("Next page →", size="sm", elem_id="learn-next")
 
-    @friendly
+    @errors_as_messages
     def on_tab(current: Optional[str]):
         ch = [(NO_RUN, NO_RUN)] + run_choices(ctx)
         keep = current if current in {v for _, v in ch} else NO_RUN
         return gr.Dropdown(choices=ch, value=keep)
 
-    draw = named(friendly(lambda *a: page_view(ctx, *a)), ["page", "run_id", "probe"])
+    draw = with_api_params(errors_as_messages(lambda *a: page_view(ctx, *a)), ["page", "run_id", "probe"])
     draw_io = dict(inputs=[pages, run, probe], outputs=[figure, source, caption])
     tab.select(on_tab, inputs=run, outputs=run, api_name="learn_runs").then(
         draw, **draw_io, api_name="learn_open", trigger_mode="always_last")
-    pages.change(named(friendly(lambda k: markdown(page(k))), ["page"]), inputs=pages, outputs=text,
+    pages.change(with_api_params(errors_as_messages(lambda k: markdown(page(k))), ["page"]), inputs=pages, outputs=text,
                  api_name="learn_text").then(draw, **draw_io, api_name="learn_figure", trigger_mode="always_last")
     gr.on([run.change, probe.submit], draw, **draw_io, api_name="learn_redraw", trigger_mode="always_last")
-    prev.click(named(lambda k: neighbour(k, -1), ["page"]), inputs=pages, outputs=pages, api_name="learn_prev")
-    nxt.click(named(lambda k: neighbour(k, 1), ["page"]), inputs=pages, outputs=pages, api_name="learn_next")
+    prev.click(with_api_params(lambda k: neighbour(k, -1), ["page"]), inputs=pages, outputs=pages, api_name="learn_prev")
+    nxt.click(with_api_params(lambda k: neighbour(k, 1), ["page"]), inputs=pages, outputs=pages, api_name="learn_next")
     return tab

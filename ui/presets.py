@@ -18,7 +18,7 @@ import gradio as gr
 from lab.teach.presets import PRESETS, Preset
 from lab.engine.store import LIVE_STATES
 from lab.engine.storefs import DamagedRunError, RunIdError, RunNotFoundError
-from ui.common import AppContext, friendly, remember_runs
+from ui.common import AppContext, errors_as_messages, remember_runs
 from ui.compare import reset_curves, select
 
 POLL_S = 2.0
@@ -117,7 +117,7 @@ class PresetsTab:
         opens = [tabs, *compare.opener()]
 
         def launcher(preset: Preset) -> Callable:
-            @friendly
+            @errors_as_messages
             def on_click(runs: Any, who: Any):
                 ids = ctx.jobs.submit_many(list(preset.runs), owner=who if isinstance(who, str) else "")
                 last = {"key": preset.key, "run_ids": ids}
@@ -127,7 +127,7 @@ class PresetsTab:
             on_click.__name__ = f"run_preset_{preset.key}"
             return on_click
 
-        @friendly
+        @errors_as_messages
         def on_select(last: Any):
             _, ids = last_runs(ctx, last)
             return select(ctx, ids) if ids else gr.skip()
@@ -137,7 +137,7 @@ class PresetsTab:
             button.click(launcher(PRESETS[key]), inputs=[my_runs, owner], outputs=outputs, api_name=f"preset_{key}"
                          ).success(on_select, inputs=self.last, outputs=compare.pick, api_name=f"preset_{key}_select")
 
-        @friendly
+        @errors_as_messages
         def on_poll(last: Any):
             text, live = status(ctx, last)
             return text, text, gr.Timer(active=live)
@@ -145,7 +145,7 @@ class PresetsTab:
         self.timer.tick(on_poll, inputs=self.last, outputs=[self.status, compare.note, self.timer],
                         api_name="preset_poll", show_progress="hidden")
 
-        @friendly
+        @errors_as_messages
         def on_show(last: Any):
             preset, ids = last_runs(ctx, last)
             if preset is None or not ids:
@@ -173,7 +173,7 @@ def build_presets_tab(ctx: AppContext, last: gr.BrowserState) -> PresetsTab:
                                            elem_id=f"preset-{p.key}")
         timer = gr.Timer(POLL_S, active=False)
 
-    @friendly
+    @errors_as_messages
     def on_load(stored: Any):
         text, live = status(ctx, stored)
         return text, text, gr.Timer(active=live)

@@ -12,7 +12,7 @@ from typing import Any, Optional
 import gradio as gr
 
 from lab.config import ConfigError, RunConfig
-from ui.common import friendly, named
+from ui.common import errors_as_messages, with_api_params
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values, query_string, values_from_config
 
 MAX_UPLOAD_BYTES = 64 * 1024  # the default; a server passes its own (LAB_MAX_UPLOAD_KB, lab/limits.py)
@@ -32,7 +32,7 @@ def build_share_panel(widgets: dict[str, gr.components.Component], max_bytes: in
             upload = gr.UploadButton("Load config JSON", file_types=[".json"], size="sm")
         json_file = gr.File(label="Config file", visible=False, interactive=False)
 
-    @friendly
+    @errors_as_messages
     def make_query(*args: Any) -> str:
         *vals, hidden = args
         cfg = config_from_values(dict(zip(KNOB_KEYS, vals)))
@@ -44,11 +44,11 @@ def build_share_panel(widgets: dict[str, gr.components.Component], max_bytes: in
         return query_string(cfg, tuple(hidden))
 
     names = [k.url_key for k in KNOBS]
-    link_btn.click(named(make_query, names + ["hide"]), inputs=inputs + [hide], outputs=query, api_name="share_query",
+    link_btn.click(with_api_params(make_query, names + ["hide"]), inputs=inputs + [hide], outputs=query, api_name="share_query",
                    preprocess=False).then(  # raw values: config_from_values names a bad field (see ui/train.py)
         None, inputs=query, outputs=link, js=LINK_JS, api_name="share_link")
 
-    @friendly
+    @errors_as_messages
     def download(*vals: Any) -> gr.File:
         cfg = config_from_values(dict(zip(KNOB_KEYS, vals)))
         folder = tempfile.mkdtemp(prefix="lab-config-")
@@ -57,10 +57,10 @@ def build_share_panel(widgets: dict[str, gr.components.Component], max_bytes: in
             fh.write(cfg.to_json())
         return gr.File(value=path, visible=True)
 
-    json_btn.click(named(download, names), inputs=inputs, outputs=json_file, api_name="download_config",
+    json_btn.click(with_api_params(download, names), inputs=inputs, outputs=json_file, api_name="download_config",
                    preprocess=False)
 
-    @friendly
+    @errors_as_messages
     def load(file: Optional[str]) -> list:
         cfg = read_config_file(file, max_bytes)
         values = values_from_config(cfg)

@@ -18,7 +18,7 @@ from lab.config import ConfigError, RunConfig
 from lab.engine.limits import thin, valid_owner
 from lab.engine.store import DamagedRunError, RunIdError, RunNotFoundError
 from lab.tasks import get_task
-from ui.common import TERMINAL, AppContext, curve, friendly, named, with_series
+from ui.common import TERMINAL, AppContext, curve, errors_as_messages, with_api_params, with_series
 from ui.grid import GridPanel, axis_choices, build_grid_panel
 from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, values_from_query
 from ui.share import build_share_panel
@@ -134,10 +134,10 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
     names = [k.url_key for k in KNOBS]
     # preprocess=False on every event that reads the knobs: the widgets' own checks (slider bounds, dropdown
     # choices) would reject a bad value with a message that names no field; config_from_values names it.
-    gr.on([widgets[k].change for k in KNOB_KEYS], named(validate, names), inputs=inputs, outputs=summary,
+    gr.on([widgets[k].change for k in KNOB_KEYS], with_api_params(validate, names), inputs=inputs, outputs=summary,
           api_name="validate", show_progress="hidden", trigger_mode="always_last", preprocess=False)
 
-    @friendly
+    @errors_as_messages
     def on_start(*args: Any):
         *vals, runs, who = args
         cfg = config_from_values(_values(tuple(vals)))
@@ -146,10 +146,10 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
         runs = [run_id] + runs[:49]
         return gr.Dropdown(choices=runs, value=run_id), runs, progress_text(ctx, run_id)[1], gr.Timer(active=True)
 
-    start.click(named(on_start, names + ["my_runs", "owner"]), inputs=inputs + [my_runs, owner], outputs=[run_pick, my_runs, progress, timer],
+    start.click(with_api_params(on_start, names + ["my_runs", "owner"]), inputs=inputs + [my_runs, owner], outputs=[run_pick, my_runs, progress, timer],
                 api_name="start", preprocess=False)
 
-    @friendly
+    @errors_as_messages
     def on_poll(run_id: Optional[str]):
         if not run_id:
             return "No run yet.", None, None, gr.Timer(active=False)
@@ -170,7 +170,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
     run_pick.change(on_poll, inputs=run_pick, outputs=[progress, loss_plot, acc_plot, timer], api_name="show_run",
                     show_progress="hidden")
 
-    @friendly
+    @errors_as_messages
     def on_stop(run_id: Optional[str], who: Optional[str]):
         if not run_id:
             raise ConfigError("run_id", "no run is shown, so there is nothing to stop")
@@ -183,7 +183,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
 
     stop.click(on_stop, inputs=[run_pick, owner], outputs=progress, api_name="stop")
 
-    @friendly
+    @errors_as_messages
     def on_delete_ask(run_id: Optional[str]):
         if not run_id:
             raise ConfigError("run_id", "no run is shown, so there is nothing to delete")
@@ -193,7 +193,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
     delete.click(on_delete_ask, inputs=run_pick, outputs=[confirm_row, confirm_text], api_name="delete_ask")
     confirm_no.click(lambda: gr.Row(visible=False), outputs=confirm_row, api_name="delete_cancel")
 
-    @friendly
+    @errors_as_messages
     def on_delete(run_id: Optional[str], runs: Optional[list], who: Optional[str]):
         if not run_id:
             raise ConfigError("run_id", "no run is shown, so there is nothing to delete")
