@@ -30,33 +30,16 @@ class Knob:
     """A config field shown as a widget: everything about it comes from its declaration (lab/config.py)."""
 
     field: FieldInfo
+    key: str  # "section.field" in RunConfig
+    label: str
+    info: str  # the one-line explanation shown under the widget
+    kind: type
+    advanced: bool
+    url_key: str  # the short name in share URLs and API parameters ("task" for task.name)
 
-    @property
-    def key(self) -> str:
-        """"section.field" in RunConfig."""
-        return self.field.key
-
-    @property
-    def label(self) -> str:
-        return self.field.spec.label
-
-    @property
-    def info(self) -> str:
-        """The one-line explanation shown under the widget."""
-        return self.field.spec.help
-
-    @property
-    def kind(self) -> type:
-        return self.field.kind
-
-    @property
-    def advanced(self) -> bool:
-        return self.field.spec.advanced
-
-    @property
-    def url_key(self) -> str:
-        """The short name in share URLs and API parameters ("task" for task.name)."""
-        return self.field.url or self.field.name
+    @classmethod
+    def of(cls, f: FieldInfo) -> "Knob":
+        return cls(f, f.key, f.spec.label, f.spec.help, f.kind, f.spec.advanced, f.url or f.name)
 
     def default(self) -> Any:
         return self.field.default
@@ -77,7 +60,7 @@ class Knob:
 
 
 # Every declared field with a widget, basic ones first, then the advanced ones (each in section order)
-KNOBS: tuple[Knob, ...] = tuple(Knob(f) for adv in (False, True) for f in declared_fields()
+KNOBS: tuple[Knob, ...] = tuple(Knob.of(f) for adv in (False, True) for f in declared_fields()
                                 if f.spec.widget is not None and f.spec.advanced == adv)
 KNOB_KEYS = tuple(k.key for k in KNOBS)
 BY_URL = {k.url_key: k for k in KNOBS}
