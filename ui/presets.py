@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import gradio as gr
 
-from lab.teach.presets import PRESETS, Preset
+from lab.teach.presets import PRESETS, Preset, measured
 from lab.engine.store import LIVE_STATES
 from lab.engine.storefs import DamagedRunError, RunIdError, RunNotFoundError
 from ui.common import AppContext, errors_as_messages, remember_runs
@@ -85,11 +85,21 @@ def status(ctx: AppContext, last: Any) -> tuple[str, bool]:
         else:
             done += 1
             if summary:
-                results[name] = summary
+                results[name] = run_result(ctx, r, summary)
     head = f"**{preset.title}**: {done} of {expected} runs done"
     if live:
         return head + " (training…). The explanation appears here when all have finished.", True
     return f"{head}. {preset.explain(results)}", False
+
+
+def run_result(ctx: AppContext, run_id: str, summary: dict) -> dict:
+    """What a preset's explanation reads of a finished run: its summary, held-out and training curves, and
+    its last attention snapshot (so the sentence can quote the step and the pattern it measured)."""
+    m = ctx.store.metrics(run_id)
+    evals = m[m["kind"] == "eval"].dropna(axis=1, how="all").to_dict("records")
+    train = [(int(s), float(v)) for s, v in m.loc[m["kind"] == "train", ["step", "loss"]].itertuples(index=False)]
+    steps = ctx.store.snapshot_steps(run_id)
+    return measured(summary, evals, train, ctx.store.load_snapshot(run_id, steps[-1]) if steps else None)
 
 
 def opening(preset: Preset) -> tuple:

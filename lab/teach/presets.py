@@ -43,7 +43,25 @@ class Preset:
         return text + (f" (Stopped early: {', '.join(stopped)}.)" if stopped else "")
 
 
-# ---- reading summaries ------------------------------------------------------------------------------
+# ---- reading results ---------------------------------------------------------------------------------
+def measured(summary: dict[str, Any], evals: Optional[list[dict[str, Any]]] = None,
+             train: Optional[list[tuple[int, float]]] = None, attention: Optional[dict[str, Any]] = None
+             ) -> dict[str, Any]:
+    """A run's result as the explanations read it: its summary, plus (when known) its held-out curve
+    (`evals`: one dict per evaluation, oldest first, with step, loss, exact_match...), its training-loss
+    curve (`train`: (step, loss)) and its last attention snapshot (kind -> (layers, heads, Tq, Tk))."""
+    return {**summary, "evals": evals or [], "train": train or [], "attention": attention or {}}
+
+
+def _first_step(r: Results, name: str, key: str, ok: Callable[[float], bool]) -> Optional[int]:
+    """The first evaluated step at which `ok(metric)` held, or None (never, or no curve known)."""
+    for e in r[name].get("evals") or ():
+        value = e.get(key)
+        if value is not None and value == value and ok(float(value)):
+            return int(e["step"])
+    return None
+
+
 def _ev(r: Results, name: str, key: str = "loss") -> float:
     return float(r[name]["eval"][key])
 
@@ -80,7 +98,9 @@ SORT = RunConfig(
 def _explain_sort(r: Results) -> str:
     em, loss = _ev(r, "sort", "exact_match"), _ev(r, "sort")
     if em >= 0.999:
-        return (f"Solved: every held-out sequence came back sorted (exact-match {_pct(em)}, loss {_n(loss)}). "
+        step = _first_step(r, "sort", "exact_match", lambda v: v >= 0.999)
+        when = f"Solved by step {step} of {SORT.train.steps}" if step else "Solved"
+        return (f"{when}: every held-out sequence came back sorted (exact-match {_pct(em)}, loss {_n(loss)}). "
                 "Each output position only has to count how many input symbols are smaller, and attention "
                 "reads the whole input at once, so three small layers are plenty.")
     return (f"Not solved this time: exact-match {_pct(em)} (loss {_n(loss)}). One wrong symbol spoils a whole "
@@ -99,8 +119,10 @@ def _explain_induction(r: Results) -> str:
     one, two = _ev(r, "1 layer"), _ev(r, "2 layers")
     chance = f"guessing costs ln 64 = {math.log(64):.2f}"
     if two < 0.5 * one:
-        return (f"The 2-layer model's loss on the repeated part fell to {_n(two)}; the 1-layer model's stayed at "
-                f"{_n(one)} ({chance}). Copying a repeat at a random offset needs an induction head: one layer "
+        step = _first_step(r, "2 layers", "loss", lambda v: v < 0.5 * one)
+        when = f" (below half the 1-layer loss from step {step} of {INDUCTION.train.steps} on)" if step else ""
+        return (f"The 2-layer model's loss on the repeated part fell to {_n(two)}{when}; the 1-layer model's "
+                f"stayed at {_n(one)} ({chance}). Copying a repeat at a random offset needs an induction head: one layer "
                 "writes each token's predecessor into it, a second finds the earlier occurrence of the current "
                 "token and copies what followed, so one layer cannot do it.")
     if two < one:
@@ -206,10 +228,25 @@ def _explain_encdec(r: Results) -> str:
     if em >= 0.99:
         beyond = (f"Past length 8 it manages only {_pct(ood)}: positions it never trained on do not line up."
                   if ood < 0.5 else f"Past length 8 it still gets {_pct(ood)} right.")
+        best = anti_diagonal(r["encoder-decoder"].get("attention", {}).get("cross"))
+        where = ("output position t reads input position L-1-t, an anti-diagonal" if best is None else
+                 f"layer {best[0] + 1}, head {best[1] + 1} puts {_pct(best[2])} of output position t's "
+                 "cross-attention on input position L-1-t, an anti-diagonal")
         return (f"Reversal solved: exact-match {_pct(em)} at lengths 1-8. In Inspect, the cross-attention map "
-                "shows how: output position t reads input position L-1-t, an anti-diagonal. " + beyond)
+                f"shows how: {where}. " + beyond)
     return (f"Not solved yet: exact-match {_pct(em)}. The cross-attention map will be only partly "
             "anti-diagonal; train longer.")
+
+
+def anti_diagonal(cross: Any) -> Optional[tuple[int, int, float]]:
+    """(layer, head, share): the cross-attention head that puts the most weight on input position L-1-t
+    for output position t (reversal's alignment), averaged over t; None without a square pattern."""
+    if cross is None or len(getattr(cross, "shape", ())) != 4 or cross.shape[-1] != cross.shape[-2]:
+        return None
+    t = cross.shape[-1]
+    share = cross[:, :, range(t), [t - 1 - i for i in range(t)]].mean(-1)  # (layers, heads)
+    layer, head = divmod(int(share.argmax()), share.shape[1])
+    return layer, head, float(share[layer, head])
 
 
 # ---- Grokking ------------------------------------------------------------------------------------
@@ -228,6 +265,11 @@ def _explain_grok(r: Results) -> str:
     fitted = "Both fitted their training pairs" if max(tl_wd, tl_no) < 0.3 else "Training loss ended"
     fit = (f"{fitted} (final training loss {_n(tl_wd)} with weight decay, {_n(tl_no)} without); on the unseen "
            f"pairs, test accuracy ended at {_pct(wd)} with weight decay and {_pct(no)} without. ")
+    jump = _first_step(r, "weight decay 1.0", "exact_match", lambda v: v >= 0.9)
+    fitted_at = next((s for s, loss in r["weight decay 1.0"].get("train") or () if loss < 0.3), None)
+    if wd > 0.9 and no < 0.6 and jump and fitted_at:
+        fit += (f"With weight decay, test accuracy passed 90% at step {jump}, {max(0, jump - fitted_at)} steps "
+                f"after training loss fell below 0.3 (step {fitted_at}). ")
     if wd > 0.9 and no < 0.6:
         return fit + ("Memorising comes first; weight decay keeps shrinking the weights until the compact, "
                       "general algorithm wins, so test accuracy jumps long after training loss fell (see the "
