@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, get_args
 
@@ -280,3 +281,22 @@ SECTIONS = (TaskConfig, ModelConfig, TrainConfig)
 def declared_fields() -> tuple[FieldInfo, ...]:
     """Every declared field of a run config, section by section (task, model, train)."""
     return tuple(iter_fields(*SECTIONS))
+
+
+def in_words(exc: ConfigError) -> tuple[str, str]:
+    """(what, message) as the app says an error: the field by its label, and the fields the message names
+    by their labels too ("d_model", "64 is not divisible by Heads = 3 (allowed: a multiple of 3)"). Plain
+    words that happen to be field names ("steps") stay; "model.arch", "n_heads" and "seed=1" are renamed."""
+    fields_ = declared_fields()
+    labels = {f.key: f.spec.label for f in fields_}
+    names = {f.name: f.spec.label for f in fields_ if f.name != "name"}
+    what = labels.get(exc.field) or (f"Grid axis {exc.field[5:]}" if exc.field.startswith("grid.") else exc.field)
+    text = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
+    text = re.sub(r"\b(task|model|train)\.(\w+)\b", lambda m: labels.get(m.group(0), m.group(0)), text)
+
+    def rename(m: re.Match) -> str:
+        word, eq = m.group(1), m.group(2)
+        if word in names and (eq or "_" in word):
+            return names[word] + (" = " if eq else "")
+        return m.group(0)
+    return what, re.sub(r"\b([a-z][a-z0-9_]*)\b(=)?", rename, text)

@@ -19,6 +19,7 @@ from lab.engine.jobs import JobManager
 from lab.engine.store import RunStore
 from ui.knobs import KNOBS
 from ui.train import validate
+from lab.config import declared_fields
 
 # Invalid knob combinations (API parameter names, as the /start and /validate endpoints take them)
 # and the config fields an error message may name for each.
@@ -110,17 +111,22 @@ def test_defaults_validate_to_a_description(demo):
     assert not text.startswith("⚠️") and "parameters" in text
 
 
+LABELS = {f.key: f.spec.label for f in declared_fields()}
+
+
 @pytest.mark.parametrize(("case", "fields"), INVALID, ids=INVALID_IDS)
 def test_invalid_knobs_give_one_line_naming_the_field(demo, case, fields):
+    """The summary and a refused Start name the knob by its label (as the widget shows it), not by its
+    config key, in one line; Start answers in its note and changes nothing else on the page."""
     text = validate(*knob_args(**case))
     assert text.startswith("⚠️") and "\n" not in text and "Traceback" not in text, text
-    assert any(f in text for f in fields), text
+    assert any(f"**{LABELS[f]}**" in text for f in fields), text
+    assert not any(f in text for f in fields), text  # no config keys ("model.d_model") left
 
     start = next(fn for fn in demo.fns.values() if fn.api_name == "start").fn
-    with pytest.raises(gr.Error) as err:
-        start(*knob_args(**case), [], "u1")
-    message = err.value.message
-    assert "\n" not in message and "Traceback" not in message, message
-    assert any(message.startswith(f) for f in fields), message
+    *others, message = start(*knob_args(**case), [], "u1")
+    assert all(isinstance(o, type(gr.skip())) for o in others), others  # the page stays as it was
+    assert message.startswith("⚠️") and "\n" not in message and "Traceback" not in message, message
+    assert any(message.startswith(f"⚠️ **{LABELS[f]}**") for f in fields), message
     root = demo.lab_context.store.root
     assert not root.exists() or not any(root.iterdir()), "an invalid config created a run folder"

@@ -98,6 +98,15 @@ def refused(client, server, api_name: str, fields: tuple[str, ...], *args: Any, 
 @pytest.mark.parametrize(("api_name", "overrides", "fields"), KNOB_CASES,
                          ids=[f"{a}-{'-'.join(map(str, o))}" for a, o, _ in KNOB_CASES])
 def test_knob_endpoints(client, app_server, api_name, overrides, fields):
+    if api_name == "/start" and "owner" not in overrides:  # a refused config is answered in Start's note
+        from tests.test_app import LABELS
+
+        before, log_start = app_server.run_folders(), app_server.log_size()
+        *_, note = client.predict(**knob_kwargs(api_name, overrides), api_name="/start")
+        assert note.startswith("⚠️") and "\n" not in note and len(note) < 400, note
+        assert any(f"**{LABELS[f]}**" in note for f in fields), note
+        assert app_server.run_folders() == before and "Traceback" not in app_server.log_text(log_start)
+        return
     refused(client, app_server, api_name, fields, **knob_kwargs(api_name, overrides))
 
 

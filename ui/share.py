@@ -22,8 +22,9 @@ LINK_JS = "(q) => q ? window.location.origin + window.location.pathname + '?' + 
 def build_share_panel(widgets: dict[str, gr.components.Component], max_bytes: int = MAX_UPLOAD_BYTES) -> None:
     inputs = [widgets[k] for k in KNOB_KEYS]
     with gr.Accordion("Share this configuration", open=False):
-        hide = gr.CheckboxGroup([k.url_key for k in KNOBS], label="Hide these controls in the link (classroom)",
-                                info="Students who open the link see the preset values but cannot change these.")
+        hide = gr.CheckboxGroup([(k.label, k.url_key) for k in KNOBS], label="Lock these controls in the link "
+                                "(classroom)", info="Students who open the link see your values in these controls "
+                                "but cannot change them.", elem_id="share-hide")
         link_btn = gr.Button("Make link", size="sm", elem_id="share-link-btn")
         query = gr.Textbox(visible=False)
         link = gr.Textbox(label="Link (copy it)", buttons=["copy"], elem_id="share-link", interactive=False)

@@ -14,8 +14,8 @@ import gradio as gr
 import pandas as pd
 
 from lab.params import param_breakdown
-from lab.config import ConfigError, RunConfig
-from lab.engine.limits import thin, valid_owner
+from lab.config import ConfigError, RunConfig, in_words
+from lab.engine.limits import Limits, check_config, thin, valid_owner
 from lab.engine.store import DamagedRunError, RunIdError, RunNotFoundError
 from lab.tasks import get_task
 from ui.common import TERMINAL, AppContext, curve, errors_as_messages, with_api_params, with_series
@@ -40,7 +40,9 @@ def _values(args: tuple) -> dict[str, Any]:
     return dict(zip(KNOB_KEYS, args))
 
 
-def describe(cfg: RunConfig) -> str:
+def describe(cfg: RunConfig, limits: Optional[Limits] = None) -> str:
+    """The config in words: the task, the parameter count by component, and, on a server whose limits
+    refuse it, that Start will refuse it and why (said before anyone clicks)."""
     parts = param_breakdown(cfg)
     total = sum(parts.values())
     detail = ", ".join(f"{k} {v:,}" for k, v in parts.items() if v)
@@ -48,15 +50,28 @@ def describe(cfg: RunConfig) -> str:
     if cfg.model.pos == "alibi" and cfg.model.n_heads <= 2:
         hint = "\n\n*Hint: with 1-2 heads ALiBi's slopes are tiny (2^-8, 2^-4), so its recency bias is weak.*"
     task = get_task(cfg.task.name)
+    refused = ""
+    if limits is not None:
+        try:
+            check_config(limits, cfg)
+        except ConfigError as exc:
+            what, why = in_words(exc)
+            refused = f"\n\n⚠️ **Start will refuse this run** ({what}): {why}"
     return (f"**Task {task.name}**: {task.description}\n\n**{total:,} parameters** ({detail}). "
-            f"Longest sequence: {cfg.model.n_ctx} tokens.{hint}")
+            f"Longest sequence: {cfg.model.n_ctx} tokens.{hint}{refused}")
 
 
-def validate(*args: Any) -> str:
+def problem(exc: ConfigError) -> str:
+    """A refused config or request as one line: the field by its label, then what is wrong and allowed."""
+    what, why = in_words(exc)
+    return f"⚠️ **{what}**: {' '.join(why.split())}"
+
+
+def validate(*args: Any, limits: Optional[Limits] = None) -> str:
     try:
-        return describe(config_from_values(_values(args)))
+        return describe(config_from_values(_values(args)), limits)
     except ConfigError as exc:
-        return f"⚠️ **{exc.field}**: {str(exc).split(': ', 1)[1]}"
+        return problem(exc)
 
 
 def progress_text(ctx: AppContext, run_id: str) -> tuple[str, str]:
@@ -115,6 +130,9 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                     start = gr.Button("Start", variant="primary", elem_id="start-btn", interactive=False)
                     stop = gr.Button("Stop", variant="stop", elem_id="stop-btn")
                     delete = gr.Button("Delete run", variant="secondary", elem_id="delete-btn")
+                # what a refused Start, Stop or Delete says, next to the buttons; cleared by the next knob
+                # change or a good Start (a raised error would mark every output of the event red, for good)
+                note = gr.Markdown("", elem_id="start-note")
                 with gr.Row(visible=False, elem_id="delete-confirm") as confirm_row:
                     confirm_text = gr.Markdown(elem_id="delete-confirm-text")
                     confirm_yes = gr.Button("Yes, delete it", variant="stop", size="sm", elem_id="delete-yes")
@@ -134,20 +152,32 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
     names = [k.url_key for k in KNOBS]
     # preprocess=False on every event that reads the knobs: the widgets' own checks (slider bounds, dropdown
     # choices) would reject a bad value with a message that names no field; config_from_values names it.
-    gr.on([widgets[k].change for k in KNOB_KEYS], with_api_params(validate, names), inputs=inputs, outputs=summary,
-          api_name="validate", show_progress="hidden", trigger_mode="always_last", preprocess=False)
+    limits = ctx.jobs.limits
+    gr.on([widgets[k].change for k in KNOB_KEYS], with_api_params(lambda *a: validate(*a, limits=limits), names),
+          inputs=inputs, outputs=summary, api_name="validate", show_progress="hidden", trigger_mode="always_last",
+          preprocess=False)
+    gr.on([widgets[k].change for k in KNOB_KEYS], None, outputs=note, js="() => ''", show_progress="hidden",
+          api_name="clear_start_note",
+          queue=False)  # a changed knob may be what a refused Start named: its note goes (in the browser)
 
     @errors_as_messages
     def on_start(*args: Any):
+        """Submit the run; a refused config or a server limit answers in the note beside Start (naming the
+        knob by its label) and leaves everything else on the page as it was."""
         *vals, runs, who = args
-        cfg = config_from_values(_values(tuple(vals)))
-        run_id = ctx.jobs.submit(cfg, owner=who if isinstance(who, str) else "")
+        try:
+            cfg = config_from_values(_values(tuple(vals)))
+            run_id = ctx.jobs.submit(cfg, owner=who if isinstance(who, str) else "")
+        except ConfigError as exc:
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), problem(exc)
         runs = [r for r in (runs if isinstance(runs, list) else [])[:200] if is_run_id(ctx, r) and r != run_id]
         runs = [run_id] + runs[:49]
-        return gr.Dropdown(choices=runs, value=run_id), runs, progress_text(ctx, run_id)[1], gr.Timer(active=True)
+        return (gr.Dropdown(choices=runs, value=run_id), runs, progress_text(ctx, run_id)[1], gr.Timer(active=True),
+                "")
 
-    start.click(with_api_params(on_start, names + ["my_runs", "owner"]), inputs=inputs + [my_runs, owner], outputs=[run_pick, my_runs, progress, timer],
-                api_name="start", preprocess=False)
+    start.click(with_api_params(on_start, names + ["my_runs", "owner"]), inputs=inputs + [my_runs, owner],
+                outputs=[run_pick, my_runs, progress, timer, note], api_name="start", preprocess=False,
+                show_progress_on=[note])
 
     @errors_as_messages
     def on_poll(run_id: Optional[str]):
@@ -175,13 +205,16 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
         if not run_id:
             raise ConfigError("run_id", "no run is shown, so there is nothing to stop")
         ctx.store.path(run_id)
+        acting = acting_owner(ctx, who)
         with permission():
-            ok = ctx.jobs.stop(run_id, owner=acting_owner(ctx, who))
+            ok = ctx.jobs.stop(run_id, owner=acting)
+            if not ok and acting is not None and ctx.store.status(run_id).get("owner") != acting:
+                raise PermissionError(f"run_id: {run_id!r} belongs to another user; you can stop only your own runs")
         if not ok:
             gr.Info("That run has already finished.")
         return progress_text(ctx, run_id)[1]
 
-    stop.click(on_stop, inputs=[run_pick, owner], outputs=progress, api_name="stop")
+    stop.click(on_stop, inputs=[run_pick, owner], outputs=progress, api_name="stop", show_progress_on=[note])
 
     @errors_as_messages
     def on_delete_ask(run_id: Optional[str]):
@@ -190,7 +223,8 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
         ctx.store.path(run_id)
         return gr.Row(visible=True), f"Delete run **{run_id}** and everything it saved? This cannot be undone."
 
-    delete.click(on_delete_ask, inputs=run_pick, outputs=[confirm_row, confirm_text], api_name="delete_ask")
+    delete.click(on_delete_ask, inputs=run_pick, outputs=[confirm_row, confirm_text], api_name="delete_ask",
+                 show_progress_on=[note])
     confirm_no.click(lambda: gr.Row(visible=False), outputs=confirm_row, api_name="delete_cancel")
 
     @errors_as_messages
@@ -206,13 +240,15 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                 f"🗑️ Deleted run {run_id}.", gr.Row(visible=False))
 
     confirm_yes.click(on_delete, inputs=[run_pick, my_runs, owner],
-                      outputs=[run_pick, my_runs, progress, confirm_row], api_name="delete")
+                      outputs=[run_pick, my_runs, progress, confirm_row], api_name="delete", show_progress_on=[note])
 
     def on_load(runs: Optional[list], who: Optional[str], request: gr.Request):
         params = dict(request.query_params) if request is not None else {}
         values, hide, problems = values_from_query(params)
-        updates = [gr.update(value=values[k], visible=k not in hide) if k in values
-                   else gr.update(visible=k not in hide) for k in KNOB_KEYS]
+        # a control a classroom link hides stays on screen with the teacher's value, read-only
+        updates = [gr.update(**({"value": values[k.key]} if k.key in values else {}), interactive=k.key not in hide,
+                             info=f"🔒 Set by your teacher for this class. {k.info}" if k.key in hide else k.info)
+                   for k in KNOBS]
         runs = [r for r in (runs if isinstance(runs, list) else [])[:200] if is_run_id(ctx, r) and ctx.store.exists(r)]
         note = validate(*[values.get(k.key, k.default()) for k in KNOBS])
         if problems:
