@@ -74,6 +74,7 @@ def main() -> None:
     limits = Limits.from_env()
     store = RunStore()
     store.sweep()  # temp files and half-written folders a crashed server left behind
+    store.recover()  # runs whose process died (a crashed server) are recorded as interrupted
     jobs = JobManager(store, limits=limits)
     jobs.warm_up(SPARE_DELAY_S)  # one worker process per training slot, started once the page is up
     demo = build_demo(store, jobs)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.engine.liveness import LOCK_DIR, writer_alive
 from lab.engine.store import LIVE_STATES
 from lab.engine.storefs import safetensors_problem
 from tests.conftest import launch_app
@@ -79,7 +80,14 @@ def digest(folder: Path) -> str:
 
 
 def leftovers(runs_dir: Path) -> list[str]:
-    return [str(p.relative_to(runs_dir)) for p in runs_dir.rglob(".*")]
+    """Dot-files and dot-folders (temp files, half-made or half-deleted runs), the lock folder aside."""
+    return [str(p.relative_to(runs_dir)) for p in runs_dir.rglob(".*") if p != runs_dir / LOCK_DIR]
+
+
+def dead_locks(runs_dir: Path) -> list[str]:
+    """Lock files of writers that died: a restart's sweep removes them."""
+    locks = runs_dir / LOCK_DIR
+    return sorted(p.name for p in locks.glob("*.lock") if writer_alive(runs_dir, p.stem) is not True)
 
 
 def test_sigkill_at_random_moments_then_restart(tmp_path, record_property):
@@ -96,6 +104,7 @@ def test_sigkill_at_random_moments_then_restart(tmp_path, record_property):
             # after a restart: nothing of a dead writer is left, and the store is consistent
             if runs_dir.exists():
                 assert leftovers(runs_dir) == [], leftovers(runs_dir)
+                assert dead_locks(runs_dir) == [], dead_locks(runs_dir)
             client = Client(server.url, verbose=False)
             table, pick = client.predict([], [], [], [], api_name="/list_runs")
             listed = {row[0]: row for row in table["data"]}

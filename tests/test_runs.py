@@ -19,6 +19,7 @@ import torch
 import lab.engine.store as runs
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
+from lab.engine.liveness import LOCK_DIR, my_token
 from lab.engine.store import DamagedRunError, RunIdError, RunNotFoundError, RunStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,6 +37,13 @@ def step_rec(step: int, loss: float = 1.0) -> StepRecord:
 
 def visible(root: Path) -> list[str]:
     return sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+
+
+def leftovers(root: Path) -> list[str]:
+    """Everything in the store but this process's own writer lock (held while it lives)."""
+    mine = f"{LOCK_DIR}/{my_token()}.lock"
+    found = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    return [p for p in found if p not in (LOCK_DIR, mine)]
 
 
 @pytest.fixture()
@@ -63,6 +71,7 @@ def test_create_writes_config_and_queued_status(store):
     assert store.exists(run_id) and store.config(run_id) == CFG
     status = store.status(run_id)
     assert (status["state"], status["owner"], status["pid"]) == ("queued", "ada", os.getpid())
+    assert status["writer"] == my_token() and (store.root / LOCK_DIR / f"{my_token()}.lock").is_file()
     assert status["created_at"].startswith("20")
     assert store.new_run_id(CFG) != store.new_run_id(CFG)
     with pytest.raises(ValueError, match="already exists"):
@@ -88,17 +97,17 @@ def test_failed_create_leaves_nothing(store, monkeypatch):
     calls = []
     real_write = runs._atomic_write
 
-    def write_then_crash(path, data):
+    def write_then_crash(path, data, tag=None):
         calls.append(path.name)
         if path.name == "status.json":
             raise OSError("disk full")
-        real_write(path, data)
+        real_write(path, data, tag)
 
     monkeypatch.setattr(runs, "_atomic_write", write_then_crash)
     with pytest.raises(OSError, match="disk full"):
         store.create(CFG)
     assert calls == ["config.json", "status.json"]
-    assert os.listdir(store.root) == []  # the temp folder is gone too
+    assert leftovers(store.root) == []  # the temp folder is gone too
     assert store.list().empty
 
 
@@ -289,7 +298,7 @@ def test_delete_refuses_live_runs_and_other_owners(store):
     with pytest.raises(PermissionError):
         store.delete(run_id, owner="bob")
     store.delete(run_id, owner="ada")
-    assert not store.exists(run_id) and os.listdir(store.root) == []
+    assert not store.exists(run_id) and leftovers(store.root) == []
 
 
 def test_reused_pid_reads_as_interrupted(store):
@@ -297,8 +306,11 @@ def test_reused_pid_reads_as_interrupted(store):
         pytest.skip("needs /proc")
     run_id = store.create(CFG)
     store.set_status(run_id, "running", pid=os.getpid(), proc=f"{os.getpid()}:1")  # same pid, other start
+    assert "writer" not in json.loads((store.path(run_id) / "status.json").read_text())  # no token vouches
     status = store.status(run_id)
     assert status["state"] == "interrupted" and "died while running" in status["error"]
+    assert json.loads((store.path(run_id) / "status.json").read_text())["state"] == "running"  # read, not written
+    assert store.recover() == [run_id]
     assert json.loads((store.path(run_id) / "status.json").read_text())["state"] == "interrupted"
 
 
@@ -313,6 +325,7 @@ def test_killed_process_reads_as_interrupted(store):
         assert proc.stdout.readline().strip() == "ready"
         status = store.status(run_id)
         assert (status["state"], status["pid"]) == ("running", proc.pid)
+        assert status["writer"].startswith(f"w{proc.pid}-") and status["writer"] != my_token()
         with pytest.raises(ValueError, match="is running"):
             store.delete(run_id)
         os.kill(proc.pid, signal.SIGKILL)
@@ -320,9 +333,14 @@ def test_killed_process_reads_as_interrupted(store):
     finally:
         proc.kill()
         proc.stdout.close()
+    before = (store.path(run_id) / "status.json").read_bytes()
     status = store.status(run_id)
     assert (status["state"], status["step"]) == ("interrupted", 3)
     assert store.list().loc[0, "state"] == "interrupted"
+    assert (store.path(run_id) / "status.json").read_bytes() == before  # reading wrote nothing
+    assert store.recover() == [run_id] and store.recover() == []
+    on_disk = json.loads((store.path(run_id) / "status.json").read_bytes())
+    assert (on_disk["state"], on_disk["error"], on_disk["step"]) == ("interrupted", "process died while running", 3)
     store.delete(run_id)
 
 

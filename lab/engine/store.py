@@ -5,12 +5,13 @@ atomically), `metrics.jsonl` (one JSON line per train/eval record, append-only),
 `weights.safetensors`, `attention/step_0000100.safetensors`, `summary.json`.
 A run is built in a dot-folder and renamed into place, so a crash never leaves a
 half-written run; every JSON file is replaced atomically, so readers never see a torn
-file. A queued or running run whose writing process died reads as "interrupted"
-(the process is identified by pid plus its start time, so a reused pid is not mistaken).
-Temp files and folders are named after their writer, so `sweep()` at start-up removes exactly
-what crashed writers left. Listing flags damaged runs (unreadable JSON, garbage metrics, a
-truncated or foreign weights file) with the reason instead of failing; weights are safetensors,
-which load tensors only and never execute code.
+file. A queued or running run whose writing process died reads as "interrupted": each writer
+holds a lock for its lifetime and stamps its token in status.json (liveness.py); reading never
+writes, and `recover()` at start-up records those runs as interrupted. Temp files and folders
+are named after their writer, so `sweep()` at start-up removes exactly what crashed writers
+left. Listing flags damaged runs (unreadable JSON, garbage metrics, a truncated or foreign
+weights file) with the reason instead of failing; weights are safetensors, which load tensors
+only and never execute code.
 """
 from __future__ import annotations
 
@@ -31,15 +32,15 @@ from typing import Any, BinaryIO
 import numpy as np
 import pandas as pd
 import torch
-from safetensors import SafetensorError
 from safetensors.numpy import load_file as _np_load, save_file as _np_save
 from safetensors.torch import load_file as _pt_load, save_file as _pt_save
 
 from lab.config import ConfigError, RunConfig, flatten
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
-from lab.engine.storefs import (DamagedRunError, RunIdError, RunNotFoundError, _atomic, _atomic_write, _dumps,
-                         _read_json, jsonl_problem, now_iso, process_alive, process_token, safetensors_problem,
-                         sweep, temp_tag)
+from lab.engine.liveness import stamp, stamp_alive
+from lab.engine.storefs import (DamagedRunError, RunIdError, RunNotFoundError, _atomic, _atomic_write, _check_step,
+                                _dumps, _flatten_summary, _read_json, _safe_load, jsonl_problem, now_iso,
+                                safetensors_problem, sweep, temp_tag)
 
 RUN_STATES = ("queued", "running", "completed", "stopped", "failed", "interrupted")
 LIVE_STATES = ("queued", "running")
@@ -49,21 +50,6 @@ _RECORD_KINDS = {StepRecord: "train", EvalRecord: "eval"}
 _METRIC_COLUMNS = list(dict.fromkeys(["kind", "step", *(f.name for r in _RECORD_KINDS for f in dataclasses.fields(r))]))
 _BASE_COLUMNS = ["run_id", "state", "owner", "created_at", "updated_at", "step", "error", "damaged"]
 _MAX_OPEN_HANDLES = 64
-
-
-def _flatten_summary(prefix: str, data: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
-    """{'eval': {'loss': 1}} -> {'final.eval.loss': 1}; None values are left out."""
-    for key, value in data.items():
-        if isinstance(value, dict):
-            _flatten_summary(f"{prefix}{key}.", value, out)
-        elif value is not None:
-            out[prefix + key] = value
-    return out
-
-
-def _check_step(step: Any) -> None:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise ValueError(f"step: {step!r} is not a non-negative integer")
 
 
 @functools.lru_cache(maxsize=1)
@@ -124,13 +110,14 @@ class RunStore:
         final = self.path(run_id)
         if final.exists():
             raise ValueError(f"run_id: {run_id!r} already exists in {self.root}")
-        tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{run_id}.{temp_tag()}.", suffix=".new"))
+        tag = temp_tag(self.root)
+        tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{run_id}.{tag}.", suffix=".new"))
         try:
-            _atomic_write(tmp / "config.json", cfg.to_json().encode())
+            _atomic_write(tmp / "config.json", cfg.to_json().encode(), tag)
             created = now_iso()
             status = {"state": "queued", "owner": owner, "created_at": created, "updated_at": created,
-                      "step": 0, "error": None, "pid": os.getpid(), "proc": process_token()}
-            _atomic_write(tmp / "status.json", _dumps(status))
+                      "step": 0, "error": None, **stamp(self.root)}
+            _atomic_write(tmp / "status.json", _dumps(status), tag)
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -146,7 +133,8 @@ class RunStore:
 
     def set_status(self, run_id: str, state: str, **fields: Any) -> dict[str, Any]:
         """Merge `fields` into status.json atomically and return the new status. A live
-        state (queued, running) is stamped with this process's pid and identity token."""
+        state (queued, running) is stamped with this process's identity (liveness.stamp) unless
+        `fields` names a pid itself."""
         if state not in RUN_STATES:
             raise ValueError(f"state: {state!r} is not one of {', '.join(RUN_STATES)}")
         path = self._existing(run_id) / "status.json"
@@ -156,25 +144,43 @@ class RunStore:
             except DamagedRunError:
                 status = {}
             status.update(fields, state=state, updated_at=now_iso())
-            if state in LIVE_STATES and "pid" not in fields:
-                status.update(pid=os.getpid(), proc=process_token())
-            _atomic_write(path, _dumps(status))
+            if state in LIVE_STATES and "writer" not in fields:
+                status.pop("writer", None)  # a previous writer's token must not vouch for this one
+                if "pid" not in fields:
+                    status.update(stamp(self.root))
+            _atomic_write(path, _dumps(status), temp_tag(self.root))
             if state in TERMINAL_STATES:
                 self._close_handle(run_id)
         return status
 
     def status(self, run_id: str) -> dict[str, Any]:
-        """Parsed status.json; a live state whose process died reads (and is saved) as
-        'interrupted'."""
-        status = _read_json(self._existing(run_id) / "status.json")
-        if status.get("state") in LIVE_STATES and not process_alive(status.get("pid"), status.get("proc")):
-            was = status["state"]
-            status.update(state="interrupted", error=status.get("error") or f"process died while {was}")
-            try:
-                status = self.set_status(run_id, "interrupted", error=status["error"])
-            except OSError:
-                pass  # read-only store: report it, don't persist
+        """Parsed status.json; a live state whose process died reads as 'interrupted'. Reading
+        writes nothing: `recover()` records such runs."""
+        return self._view(_read_json(self._existing(run_id) / "status.json"))
+
+    def _view(self, status: dict[str, Any]) -> dict[str, Any]:
+        """`status`, or a copy showing a live state whose process died as interrupted."""
+        was = status.get("state")
+        if was in LIVE_STATES and not stamp_alive(self.root, status):
+            status = {**status, "state": "interrupted", "error": status.get("error") or f"process died while {was}"}
         return status
+
+    def recover(self) -> list[str]:
+        """Record as "interrupted" every queued or running run whose process died (what `status`
+        reports without writing); call once at start-up. Returns their ids; a run that cannot be
+        written (read-only store) is left as it is and still reads interrupted."""
+        recovered = []
+        for run_id in self._run_ids():
+            with self._lock:
+                try:
+                    status = _read_json(self._existing(run_id) / "status.json")
+                    view = self._view(status)
+                    if view is not status:
+                        self.set_status(run_id, "interrupted", error=view["error"])
+                        recovered.append(run_id)
+                except (DamagedRunError, OSError):
+                    continue  # damaged, deleted meanwhile, or not writable
+        return recovered
 
     # ---- metrics ------------------------------------------------------------
     def append(self, run_id: str, record: StepRecord | EvalRecord) -> None:
@@ -237,7 +243,8 @@ class RunStore:
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"state_dict[{key!r}]: expected a tensor, got {type(value).__name__}")
             tensors[key] = value.detach().to("cpu", copy=True).contiguous()
-        _atomic(self._existing(run_id) / "weights.safetensors", lambda tmp: _pt_save(tensors, tmp))
+        _atomic(self._existing(run_id) / "weights.safetensors", lambda tmp: _pt_save(tensors, tmp),
+                temp_tag(self.root))
 
     def load_weights(self, run_id: str) -> dict[str, torch.Tensor]:
         """The final weights (safetensors: tensors only, nothing is unpickled or executed)."""
@@ -252,7 +259,7 @@ class RunStore:
         folder = self._existing(run_id) / "attention"
         folder.mkdir(exist_ok=True)
         arrays = {k: np.ascontiguousarray(v, dtype=np.float16) for k, v in rec.patterns.items()}
-        _atomic(folder / f"step_{rec.step:07d}.safetensors", lambda tmp: _np_save(arrays, tmp))
+        _atomic(folder / f"step_{rec.step:07d}.safetensors", lambda tmp: _np_save(arrays, tmp), temp_tag(self.root))
 
     def snapshot_steps(self, run_id: str) -> list[int]:
         folder = self._existing(run_id) / "attention"
@@ -269,30 +276,34 @@ class RunStore:
     def write_summary(self, run_id: str, summary: dict[str, Any]) -> None:
         if not isinstance(summary, dict):
             raise TypeError(f"summary: expected a dict, got {type(summary).__name__}")
-        _atomic_write(self._existing(run_id) / "summary.json", _dumps(summary))
+        _atomic_write(self._existing(run_id) / "summary.json", _dumps(summary), temp_tag(self.root))
 
     def summary(self, run_id: str) -> dict[str, Any] | None:
         path = self._existing(run_id) / "summary.json"
         return _read_json(path) if path.exists() else None
 
     def sweep(self) -> int:
-        """Remove temp files and half-created or half-deleted folders left by crashed writers."""
+        """Remove temp files, half-created or half-deleted folders and lock files left by
+        crashed writers."""
         return sweep(self.root)
 
     # ---- listing and deletion -------------------------------------------------
-    def list(self) -> pd.DataFrame:
-        """One row per run: status columns, `damaged`, flattened config, `final.*` summary."""
-        rows = []
+    def _run_ids(self) -> list[str]:
+        """The run folders' names, sorted: not temp folders, stray files or links (never
+        followed out of the store)."""
         try:
             entries = sorted(os.scandir(self.root), key=lambda e: e.name)
         except FileNotFoundError:
-            entries = []
-        for entry in entries:
-            if (entry.name.startswith(".") or not _RUN_ID.match(entry.name) or ".." in entry.name
-                    or not entry.is_dir(follow_symlinks=False)):
-                continue  # not a run folder: temp folders, stray files, links (never followed out of the store)
+            return []
+        return [e.name for e in entries if not e.name.startswith(".") and _RUN_ID.match(e.name)
+                and ".." not in e.name and e.is_dir(follow_symlinks=False)]
+
+    def list(self) -> pd.DataFrame:
+        """One row per run: status columns, `damaged`, flattened config, `final.*` summary."""
+        rows = []
+        for run_id in self._run_ids():
             try:
-                rows.append(self._row(entry.name))
+                rows.append(self._row(run_id))
             except RunNotFoundError:
                 continue  # deleted while we listed
         columns = _BASE_COLUMNS + list(_config_columns())
@@ -341,14 +352,3 @@ class RunStore:
         doomed = self.root / f".{run_id}.{secrets.token_hex(3)}.deleted"
         os.rename(path, doomed)  # vanish from listings at once, then remove
         shutil.rmtree(doomed, ignore_errors=True)
-
-
-def _safe_load(path: Path, load: Any) -> dict[str, Any]:
-    """A safetensors file, or DamagedRunError naming it (truncated, garbage, not safetensors)."""
-    problem = safetensors_problem(path)
-    if problem is None:
-        try:
-            return load(path)
-        except (SafetensorError, OSError, ValueError) as exc:
-            problem = f"{path.name}: unreadable ({' '.join(str(exc).split())[:200]})"
-    raise DamagedRunError(problem)

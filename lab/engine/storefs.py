@@ -1,6 +1,7 @@
-"""File-system primitives of the run store: atomic writes, JSON files, process identity.
+"""File-system primitives of the run store: atomic writes, JSON files, leftovers of crashes.
 
-Kept apart from runs.py so the store reads as what it stores, not how bytes reach a disk.
+Kept apart from store.py so the store reads as what it stores, not how bytes reach a disk.
+Whether a writer lives (for its statuses and its temp files) is asked of liveness.py.
 """
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+
+from lab.engine.liveness import hold, process_alive, process_token, sweep_locks, writer_alive
 
 
 class RunIdError(ValueError):
@@ -35,46 +39,11 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-# ---- process identity -------------------------------------------------------
-def process_token(pid: int | None = None) -> str | None:
-    """'pid:start_ticks' from /proc/<pid>/stat (field 22); None if the process is gone or
-    a zombie; 'pid' alone where there is no /proc."""
-    pid = os.getpid() if pid is None else pid
-    if not os.path.isdir("/proc/self"):
-        return str(pid) if _pid_exists(pid) else None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            after_comm = fh.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    if after_comm[0] in (b"Z", b"X"):  # field 3: zombie or dead
-        return None
-    return f"{pid}:{after_comm[19].decode()}"  # field 22 = index 19 after the comm field
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    return True
-
-
-def process_alive(pid: Any, token: Any) -> bool:
-    """Whether the process that wrote a status (pid + identity token) still runs."""
-    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-        return False
-    if isinstance(token, str) and ":" in token and os.path.isdir("/proc/self"):
-        return process_token(pid) == token
-    return _pid_exists(pid)
-
-
 # ---- atomic files -----------------------------------------------------------
-def _atomic(path: Path, write: Callable[[str], None]) -> None:
-    """`write(tmp)` a temp file in the same folder, then os.replace it onto `path`."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{temp_tag()}.", suffix=".tmp")
+def _atomic(path: Path, write: Callable[[str], None], tag: str | None = None) -> None:
+    """`write(tmp)` a temp file in the same folder, then os.replace it onto `path`. The temp
+    file is named after its writer (`tag`, see `temp_tag`)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{tag or temp_tag()}.", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
@@ -84,8 +53,8 @@ def _atomic(path: Path, write: Callable[[str], None]) -> None:
         raise
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Bytes to `path` atomically, fsynced before the rename."""
+def _atomic_write(path: Path, data: bytes, tag: str | None = None) -> None:
+    """Bytes to `path` atomically, fsynced before the rename (temp file named after `tag`)."""
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as fh:
@@ -93,7 +62,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
             fh.flush()
             os.fsync(fh.fileno())
 
-    _atomic(path, write)
+    _atomic(path, write, tag)
 
 
 def _json_default(obj: Any) -> Any:
@@ -119,19 +88,46 @@ def _read_json(path: Path) -> Any:
     return data
 
 
+def _flatten_summary(prefix: str, data: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+    """{'eval': {'loss': 1}} -> {'final.eval.loss': 1}; None values are left out."""
+    for key, value in data.items():
+        if isinstance(value, dict):
+            _flatten_summary(f"{prefix}{key}.", value, out)
+        elif value is not None:
+            out[prefix + key] = value
+    return out
+
+
+def _check_step(step: Any) -> None:
+    """ValueError unless `step` is a non-negative int (a snapshot's step names its file)."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise ValueError(f"step: {step!r} is not a non-negative integer")
+
+
 # ---- leftovers of a crash -------------------------------------------------------
-_LEFTOVER = re.compile(r"^\..*\.p(\d+)-(\d+)\.[^.]*\.(tmp|new)$")
+_LEFTOVER = re.compile(r"^\..*\.(w\d+-[0-9a-f]{12})\.[^.]*\.(tmp|new)$")
+_LEFTOVER_PID = re.compile(r"^\..*\.p(\d+)-(\d+)\.[^.]*\.(tmp|new)$")  # named before writers held locks
 
 
-def temp_tag() -> str:
-    """'p<pid>-<start ticks>': names a temp file or folder after its writer, so a later process can
-    tell one abandoned by a dead writer (safe to remove) from one being written right now."""
-    token = process_token() or str(os.getpid())
-    return "p" + token.replace(":", "-") if ":" in token else f"p{token}-0"
+def temp_tag(root: Path | None = None) -> str:
+    """Names a temp file or folder after its writer, so a later process can tell one abandoned by
+    a dead writer (safe to remove) from one being written right now: this process's writer token
+    once it holds its lock in the store at `root`; else 'p<pid>-<start ticks>' (judged by pid)."""
+    token = hold(root) if root is not None else None
+    if token is not None:
+        return token
+    ident = process_token() or str(os.getpid())
+    return "p" + ident.replace(":", "-") if ":" in ident else f"p{ident}-0"
 
 
-def _abandoned(name: str) -> bool:
+def _abandoned(name: str, root: Path) -> bool:
+    """Whether a temp name's writer is known to be dead: its lock is free (where the lock cannot be
+    probed: no process has its pid; a pid that exists keeps the file)."""
     m = _LEFTOVER.match(name)
+    if m is not None:
+        alive = writer_alive(root, m.group(1))
+        return not (process_alive(int(m.group(1)[1:].split("-")[0]), None) if alive is None else alive)
+    m = _LEFTOVER_PID.match(name)
     if m is None:
         return False
     pid, ticks = int(m.group(1)), m.group(2)
@@ -140,8 +136,9 @@ def _abandoned(name: str) -> bool:
 
 def sweep(root: Path) -> int:
     """Remove what crashed writers left in a store: temp files of atomic writes inside run
-    folders, half-created run folders (`.<id>.p<pid>-<t>.<rand>.new`) and half-deleted ones
-    (`.<id>.<hex>.deleted`). Files of live writers are kept. Returns how many were removed."""
+    folders, half-created run folders (`.<id>.<tag>.<rand>.new`), half-deleted ones
+    (`.<id>.<hex>.deleted`) and the lock files of dead writers. Files of live writers are kept.
+    Returns how many were removed."""
     removed = 0
     try:
         entries = list(os.scandir(root))
@@ -149,7 +146,7 @@ def sweep(root: Path) -> int:
         return 0
     for entry in entries:
         name = entry.name
-        if name.startswith(".") and (name.endswith(".deleted") or _abandoned(name)):
+        if name.startswith(".") and (name.endswith(".deleted") or _abandoned(name, root)):
             if entry.is_dir():
                 shutil.rmtree(entry.path, ignore_errors=True)
             else:
@@ -158,10 +155,10 @@ def sweep(root: Path) -> int:
         elif not name.startswith(".") and entry.is_dir(follow_symlinks=False):
             for folder in (Path(entry.path), Path(entry.path) / "attention"):
                 for child in folder.glob(".*.tmp") if folder.is_dir() else ():
-                    if _abandoned(child.name):
+                    if _abandoned(child.name, root):
                         child.unlink(missing_ok=True)
                         removed += 1
-    return removed
+    return removed + sweep_locks(root)
 
 
 # ---- damage checks that read only a few bytes ---------------------------------------
@@ -218,3 +215,14 @@ def jsonl_problem(path: Path, probe: int = 4096) -> str | None:
         if not ok:
             return f"{path.name}: unreadable lines (they are skipped)"
     return None
+
+
+def _safe_load(path: Path, load: Any) -> dict[str, Any]:
+    """A safetensors file, or DamagedRunError naming it (truncated, garbage, not safetensors)."""
+    problem = safetensors_problem(path)
+    if problem is None:
+        try:
+            return load(path)
+        except (SafetensorError, OSError, ValueError) as exc:
+            problem = f"{path.name}: unreadable ({' '.join(str(exc).split())[:200]})"
+    raise DamagedRunError(problem)
