@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, get_args
 
-from lab.fields import ConfigError, FieldInfo, Widget, iter_fields, knob, suggest, validate
+from lab.fields import ConfigError, FieldInfo, Widget, iter_fields, knob, shown, suggest, validate
 from lab.taskshapes import task_shape
 
 SCHEMA_VERSION = 1
@@ -231,7 +231,7 @@ class RunConfig:
         data = dict(data)
         version = data.pop("schema_version", SCHEMA_VERSION)
         if version != SCHEMA_VERSION:
-            raise ConfigError("schema_version", f"{version!r} is not supported (allowed: {SCHEMA_VERSION})")
+            raise ConfigError("schema_version", f"{shown(version)} is not supported (allowed: {SCHEMA_VERSION})")
         _reject_unknown("", data, cls)
         parts: dict[str, Any] = {}
         for key, sub in (("model", ModelConfig), ("task", TaskConfig), ("train", TrainConfig)):

@@ -147,23 +147,34 @@ def iter_fields(*classes: type) -> Iterator[FieldInfo]:
         yield from declared(cls)
 
 
+MAX_SHOWN = 40  # characters of a refused value repeated in a message
+
+
+def shown(value: Any) -> str:
+    """A refused value as a message repeats it: its repr, cut to MAX_SHOWN characters (a megabyte pasted
+    into a field must not come back in the error)."""
+    text = repr(value) if len(str(value)) <= 10 * MAX_SHOWN else repr(str(value)[: MAX_SHOWN + 1])
+    return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 1] + "…"
+
+
 def suggest(value: Any, allowed: tuple[str, ...]) -> str:
     """"'rop' is not one of ... (did you mean 'rope'?)"."""
-    close = difflib.get_close_matches(str(value), allowed, n=1)
+    text = str(value)
+    close = difflib.get_close_matches(text, allowed, n=1) if len(text) <= MAX_SHOWN else []
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return f"{value!r} is not one of {', '.join(allowed)}{hint}"
+    return f"{shown(value)} is not one of {', '.join(allowed)}{hint}"
 
 
 def _int(name: str, value: Any, lo: int, hi: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(name, f"{value!r} is not an integer (allowed: {lo} to {hi})")
+        raise ConfigError(name, f"{shown(value)} is not an integer (allowed: {lo} to {hi})")
     if not lo <= value <= hi:
         raise ConfigError(name, f"{value} is out of range (allowed: {lo} to {hi})")
 
 
 def _float(name: str, value: Any, lo: float, hi: float, lo_open: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise ConfigError(name, f"{value!r} is not a number (allowed: {lo} to {hi})")
+        raise ConfigError(name, f"{shown(value)} is not a number (allowed: {lo} to {hi})")
     if value > hi or value < lo or (lo_open and value == lo):
         left = "above" if lo_open else "from"
         raise ConfigError(name, f"{value} is out of range (allowed: {left} {lo} to {hi})")

@@ -71,3 +71,16 @@ def test_config_validation_imports_no_torch():
             "RunConfig(task=TaskConfig(name='addition', max_len=9)); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_huge_refused_value_is_not_echoed_back():
+    """A megabyte pasted into a field (or sent to the API) comes back as a short excerpt, not whole."""
+    from ui.train import validate
+    from ui.knobs import KNOBS
+
+    values = [("x" * 1_000_000 if k.key == "task.name" else k.default()) for k in KNOBS]
+    text = validate(*values)
+    assert text.startswith("⚠️ **Task**") and len(text) < 300 and "xxxx…" in text, text[:400]
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_dict({"model": {"d_model": "9" * 100_000}})
+    assert len(str(err.value)) < 200

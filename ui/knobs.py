@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 import gradio as gr
 
 from lab.config import ARCHS, ConfigError, ModelConfig, RunConfig, TaskConfig, declared_fields
-from lab.fields import FieldInfo
+from lab.fields import FieldInfo, shown
 from lab.taskshapes import task_shape
 
 
@@ -84,14 +84,14 @@ def _as_kind(knob: Knob, value: Any) -> Any:
                 return value  # not a number: the config check names the field and what is allowed
         if isinstance(value, float):
             if not math.isfinite(value) or value != int(value):
-                raise ConfigError(knob.key, f"{value!r} is not an integer")
+                raise ConfigError(knob.key, f"{shown(value)} is not an integer")
             return int(value)
         return value
     if knob.kind is float and isinstance(value, str):
         try:
             return float(value)
         except ValueError:
-            raise ConfigError(knob.key, f"{value!r} is not a number") from None
+            raise ConfigError(knob.key, f"{shown(value)} is not a number") from None
     return value
 
 
@@ -134,11 +134,11 @@ def values_from_query(params: dict[str, str]) -> tuple[dict[str, Any], list[str]
             continue
         knob = BY_URL.get(key)
         if knob is None:
-            problems.append(f"unknown URL option {key!r}")
+            problems.append(f"unknown URL option {shown(key)}")
             continue
         values[knob.key] = text if knob.kind is str else _number(text)
     hide = [BY_URL[h].key for h in params.get("hide", "").split(",") if h in BY_URL]
-    problems += [f"unknown control to hide {h!r}" for h in params.get("hide", "").split(",") if h and h not in BY_URL]
+    problems += [f"unknown control to hide {shown(h)}" for h in params.get("hide", "").split(",") if h and h not in BY_URL]
     try:
         config_from_values(values)
     except ConfigError as exc:
