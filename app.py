@@ -26,6 +26,12 @@ TITLE = "Transformer Ablation Lab"
 CSS = """
 #config-summary {min-height: 3em}
 footer {display: none !important}
+@media (max-width: 640px) {
+  /* a phone: every tab's name fits on the tab bar (none hides behind a menu), and the Train tab shows
+     the summary, Start and the curves above the knobs */
+  .tab-container button {padding: 6px 7px !important; font-size: 14px !important}
+  #train-main {flex-direction: column-reverse !important}
+}
 """
 
 

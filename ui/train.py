@@ -119,7 +119,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
     with gr.Tab("Train", id="train"):
         gr.Markdown("Configure a small Transformer, press **Start**, and watch it learn. Runs keep training "
                     "if you close the tab; find them again under *Run shown* or in **Compare**.")
-        with gr.Row():
+        with gr.Row(elem_id="train-main"):  # on a phone the Start column comes first (app.py's CSS)
             with gr.Column(scale=2, min_width=320):
                 widgets = _knob_panel()
             with gr.Column(scale=3):
