@@ -39,7 +39,7 @@ from lab.config import ConfigError, RunConfig, flatten
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
 from lab.engine.liveness import stamp, stamp_alive
 from lab.engine.storefs import (DamagedRunError, RunIdError, RunNotFoundError, _atomic, _atomic_write, _check_step,
-                                _dumps, _flatten_summary, _read_json, _safe_load, jsonl_problem, now_iso,
+                                _dumps, _flatten_summary, _read_json, _safe_load, jsonl_problem, last_step, now_iso,
                                 safetensors_problem, sweep, temp_tag)
 
 RUN_STATES = ("queued", "running", "completed", "stopped", "failed", "interrupted")
@@ -143,6 +143,8 @@ class RunStore:
                 status = _read_json(path)
             except DamagedRunError:
                 status = {}
+            if state in ("stopped", "failed", "interrupted") and "step" not in fields:  # ended outside the
+                fields["step"] = max(int(status.get("step") or 0), last_step(path.parent / "metrics.jsonl"))  # loop
             status.update(fields, state=state, updated_at=now_iso())
             if state in LIVE_STATES and "writer" not in fields:
                 status.pop("writer", None)  # a previous writer's token must not vouch for this one
@@ -156,13 +158,15 @@ class RunStore:
     def status(self, run_id: str) -> dict[str, Any]:
         """Parsed status.json; a live state whose process died reads as 'interrupted'. Reading
         writes nothing: `recover()` records such runs."""
-        return self._view(_read_json(self._existing(run_id) / "status.json"))
+        return self._view(run_id, _read_json(self._existing(run_id) / "status.json"))
 
-    def _view(self, status: dict[str, Any]) -> dict[str, Any]:
-        """`status`, or a copy showing a live state whose process died as interrupted."""
+    def _view(self, run_id: str, status: dict[str, Any]) -> dict[str, Any]:
+        """`status`, or a copy showing a live state whose process died as interrupted, at the last step its
+        metrics reached (the status's own step is refreshed only every few seconds)."""
         was = status.get("state")
         if was in LIVE_STATES and not stamp_alive(self.root, status):
-            status = {**status, "state": "interrupted", "error": status.get("error") or f"process died while {was}"}
+            status = {**status, "state": "interrupted", "error": status.get("error") or f"process died while {was}",
+                      "step": max(int(status.get("step") or 0), last_step(self.path(run_id) / "metrics.jsonl"))}
         return status
 
     def recover(self) -> list[str]:
@@ -174,7 +178,7 @@ class RunStore:
             with self._lock:
                 try:
                     status = _read_json(self._existing(run_id) / "status.json")
-                    view = self._view(status)
+                    view = self._view(run_id, status)
                     if view is not status:
                         self.set_status(run_id, "interrupted", error=view["error"])
                         recovered.append(run_id)

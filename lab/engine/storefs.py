@@ -226,3 +226,23 @@ def _safe_load(path: Path, load: Any) -> dict[str, Any]:
         except (SafetensorError, OSError, ValueError) as exc:
             problem = f"{path.name}: unreadable ({' '.join(str(exc).split())[:200]})"
     raise DamagedRunError(problem)
+
+
+def last_step(path: Path, probe: int = 4096) -> int:
+    """The step of the last whole record in a metrics file (0 if none): what a run reached even when
+    its status, refreshed every few seconds, lags behind. Reads at most `probe` bytes from the end."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            fh.seek(max(0, size - probe))
+            tail = fh.read(probe)
+    except OSError:
+        return 0
+    for line in reversed(tail.split(b"\n")):
+        try:
+            row = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            continue  # a torn last line, or the cut first one
+        if isinstance(row, dict) and isinstance(row.get("step"), int) and not isinstance(row["step"], bool):
+            return row["step"]
+    return 0
