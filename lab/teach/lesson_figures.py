@@ -77,7 +77,7 @@ def embedding(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
 def positional(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     pb = lessons.positions_beyond(s)
     fig, (a1, a2, a3) = _fig(3)
-    view = positional_view(s.cfg, s.weights)
+    view = positional_view(s.cfg, s.weights, pb.n_ctx)  # every panel over the same positions: the whole table
     if view.similarity is not None:
         _heat(fig, a1, view.similarity, f"this model ({view.pos}): cosine similarity", cmap="PuOr", vmin=-1, vmax=1)
         a1.set_xlabel("position")
@@ -98,6 +98,9 @@ def positional(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
         ax.axvline(pb.n_ctx - 0.5, color="0.3", ls=":", lw=1, label="n_ctx (end of the table)")
         ax.set_xlabel("position t")
         ax.grid(alpha=0.3)
+    right = len(pb.sin_next) if pb.sin_next is not None else pb.n_ctx  # both line panels share one x-range
+    for ax in (a2, a3):
+        ax.set_xlim(-1, right)
     a2.set_title("similarity of position t to t+1", fontsize=10)
     a2.legend(fontsize=7)
     a3.plot(np.arange(len(pb.learned_moved)), pb.learned_moved, color=ORANGE)
@@ -139,13 +142,22 @@ def scaling(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     a1.set_title("std of the score, random unit-variance q, k", fontsize=9)
     a1.legend(fontsize=7)
     a1.grid(alpha=0.3)
-    _heat(fig, a2, a.pattern[0], "attention with the scaling", rows=a.labels, cols=a.labels, vmin=0, vmax=1)
-    _heat(fig, a3, a.unscaled[0], "the same scores, scaling removed", rows=a.labels, cols=a.labels, vmin=0, vmax=1)
     i = int(np.argmin(np.abs(spread["d_k"] - dk)))
     peak, peak_raw = a.pattern.max(-1).mean(), a.unscaled.max(-1).mean()
-    return fig, (f"At d_k = {spread['d_k'][i]}, random scores spread {spread['unscaled'][i]:.1f} unscaled against "
-                 f"{spread['scaled'][i]:.2f} scaled. In this model the largest weight per row averages {peak:.2f}; "
-                 f"without the scaling it would be {peak_raw:.2f}.")
+    own = abs(peak - peak_raw) >= 0.1  # the model's own q, k are large enough for the scaling to show
+    scaled, unscaled = (a.pattern, a.unscaled) if own else a.unit
+    how = "" if own else " (q, k at unit variance)"
+    _heat(fig, a2, scaled[0], f"with the scaling{how}", rows=a.labels, cols=a.labels, vmin=0, vmax=1)
+    _heat(fig, a3, unscaled[0], f"scaling removed{how}", rows=a.labels, cols=a.labels, vmin=0, vmax=1)
+    text = (f"At d_k = {spread['d_k'][i]}, random scores spread {spread['unscaled'][i]:.1f} unscaled against "
+            f"{spread['scaled'][i]:.2f} scaled. In this model the largest weight per row averages {peak:.2f}; "
+            f"without the scaling it would be {peak_raw:.2f}.")
+    if own:
+        return fig, text
+    u, u_raw = a.unit[0].max(-1).mean(), a.unit[1].max(-1).mean()
+    return fig, text + (f" Its queries and keys are still small (untrained), so the pictures show them rescaled "
+                        f"to unit variance, as the paper's argument assumes: {u:.2f} with the scaling, "
+                        f"{u_raw:.2f} without, where softmax saturates on one key.")
 
 
 def mask(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
@@ -161,6 +173,7 @@ def mask(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     a3.bar(x + 0.2, leak.masked, 0.4, color=BLUE, label="with the mask")
     a3.axvline(leak.changed, color="0.3", ls="--", lw=1, label=f"token {leak.changed} changed")
     a3.set_yscale("symlog", linthresh=1e-4)
+    a3.set_ylim(0, 3 * max(leak.masked.max(initial=0), leak.unmasked.max(initial=0), 1e-4))  # no bar cut off
     _labels(a3, [str(i) for i in x], "x")
     a3.set_xlabel("output position")
     a3.set_title("largest change of the output logits", fontsize=10)

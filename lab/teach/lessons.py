@@ -141,6 +141,7 @@ class AttentionParts:
     future: np.ndarray  # (T, T) True where the causal mask hides key j from query i
     pattern: np.ndarray  # (H, T, T) softmax of the masked scores: the model's attention
     unscaled: np.ndarray  # (H, T, T) softmax of the masked, unscaled scores (the scaling removed)
+    unit: np.ndarray  # (2, H, T, T) the same two patterns with q and k rescaled to unit-variance entries
 
 
 def first_layer_attention(subject: Subject, probe: ProbeInput) -> AttentionParts:
@@ -159,9 +160,14 @@ def first_layer_attention(subject: Subject, probe: ProbeInput) -> AttentionParts
     scores = raw / math.sqrt(attn.d_head) + bias
     pattern = scores.masked_fill(future, float("-inf")).softmax(-1)
     unscaled = (raw + bias).masked_fill(future, float("-inf")).softmax(-1)
+    # what the paper's argument assumes (unit-variance entries): an untrained model's q and k are tiny,
+    # so with or without the scaling its softmax is near uniform and the difference cannot be seen
+    unit_raw = (q / q.std().clamp(min=1e-12)) @ (k / k.std().clamp(min=1e-12)).transpose(-2, -1)  # (1, H, T, T)
+    unit = torch.stack([(s + bias).masked_fill(future, float("-inf")).softmax(-1)
+                        for s in (unit_raw / math.sqrt(attn.d_head), unit_raw)])  # (2, 1, H, T, T)
     np_ = lambda t: t[0].double().numpy()  # noqa: E731  drop the batch dim
     return AttentionParts(probe.dec_labels, np_(h), np_(q), np_(k), np_(v), np_(raw + bias), np_(scores),
-                          future.numpy(), np_(pattern), np_(unscaled))
+                          future.numpy(), np_(pattern), np_(unscaled), unit[:, 0].double().numpy())
 
 
 def dot_product_spread(d_ks: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
