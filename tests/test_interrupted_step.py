@@ -41,3 +41,16 @@ def test_a_run_failed_from_outside_its_loop_keeps_its_last_step(tmp_path):
     run_id = killed_at(store, status_step=40, metrics_step=57)
     assert store.set_status(run_id, "failed", error="the training process was killed")["step"] == 57
     assert store.set_status(run_id, "failed", step=12)["step"] == 12  # a step given is kept as given
+
+
+def test_messages_about_missing_runs_do_not_show_the_servers_folders(tmp_path):
+    """A page or an API client asking for an unknown run learns that it does not exist, not where the
+    server keeps its runs."""
+    import pytest
+
+    from lab.engine.storefs import RunNotFoundError
+
+    store = RunStore(tmp_path / "secret-place")
+    with pytest.raises(RunNotFoundError) as err:
+        store.config("20990101-000000-copy-rope-pre-000000")
+    assert "does not exist" in str(err.value) and "secret-place" not in str(err.value)

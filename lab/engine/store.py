@@ -92,7 +92,7 @@ class RunStore:
     def _existing(self, run_id: str) -> Path:
         path = self.path(run_id)
         if not path.is_dir():
-            raise RunNotFoundError(f"run_id: {run_id!r} does not exist in {self.root}")
+            raise RunNotFoundError(f"run_id: {run_id!r} does not exist in this run store")
         return path
 
     def exists(self, run_id: str) -> bool:
@@ -109,7 +109,7 @@ class RunStore:
         run_id = self.new_run_id(cfg) if run_id is None else run_id
         final = self.path(run_id)
         if final.exists():
-            raise ValueError(f"run_id: {run_id!r} already exists in {self.root}")
+            raise ValueError(f"run_id: {run_id!r} already exists in this run store")
         tag = temp_tag(self.root)
         tmp = Path(tempfile.mkdtemp(dir=self.root, prefix=f".{run_id}.{tag}.", suffix=".new"))
         try:
