@@ -47,6 +47,8 @@ UPLOADS: list[tuple[str, bytes, tuple[str, ...]]] = [
     ("version.json", b'{"schema_version": 99}', ("schema_version",)),
     ("bad-combo.json", b'{"model": {"d_model": 30, "n_heads": 4}}', ("model.d_model",)),
     ("empty.json", b"", ("config",)),
+    ("picture.png", b"\x89PNG\r\n\x1a\n" + bytes(64), ("config file",)),  # gradio's own check named no field
+    ("notes.txt", b"d_model = 64", ("config file",)),
 ]
 INSPECT_CASES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("/attention", {"source": "bogus"}, ("source",)),

@@ -12,6 +12,7 @@ from typing import Any, Optional
 import gradio as gr
 
 from lab.config import ConfigError, RunConfig
+from lab.fields import shown
 from ui.common import errors_as_messages, with_api_params
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values, query_string, values_from_config
 
@@ -62,13 +63,20 @@ def build_share_panel(widgets: dict[str, gr.components.Component], max_bytes: in
                    preprocess=False)
 
     @errors_as_messages
-    def load(file: Optional[str]) -> list:
-        cfg = read_config_file(file, max_bytes)
+    def load(file: Any) -> list:
+        # preprocess=False: gradio's own file-type check refused a .png with a message naming no field (and
+        # logged a traceback); read_config_file names the control and says what is allowed
+        path = file.get("path") if isinstance(file, dict) else file
+        name = (file.get("orig_name") if isinstance(file, dict) else None) or os.path.basename(str(path or ""))
+        if path and not str(name).lower().endswith(".json"):
+            raise ConfigError("config file", f"{shown(name)} is not a JSON file (allowed: a .json file saved by "
+                              "this app)")
+        cfg = read_config_file(path, max_bytes)
         values = values_from_config(cfg)
         gr.Info("Configuration loaded.")
         return [gr.update(value=values[k]) for k in KNOB_KEYS]
 
-    upload.upload(load, inputs=upload, outputs=inputs, api_name="upload_config")
+    upload.upload(load, inputs=upload, outputs=inputs, api_name="upload_config", preprocess=False)
 
 
 def read_config_file(path: Optional[str], max_bytes: int = MAX_UPLOAD_BYTES) -> RunConfig:
