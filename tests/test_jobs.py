@@ -165,6 +165,7 @@ def test_stop_queued_job(store):
     fake = FakeTrainer(gate=gate)
     jm = JobManager(store, max_concurrent=1, train_fn=fake)
     first, second, third = (jm.submit(named(n)) for n in ("a", "b", "c"))
+    wait_for(lambda: jm.status(first).state == "running")  # else `first` may still be queued ahead of `third`
     assert jm.stop(second) is True
     assert jm.status(second).state == "stopped" and jm.status(third).queue_position == 1
     assert store.status(second)["state"] == "stopped"
