@@ -63,9 +63,11 @@ def build_learn_tab(ctx: AppContext) -> gr.Tab:
                     "picture is computed now from the model you choose: one of your runs, or a fresh untrained "
                     "model of the default config.")
         with gr.Row():
+            # min_width: on a phone the two stack, each as wide as the screen (side by side they were cut off)
             run = gr.Dropdown([(NO_RUN, NO_RUN)], value=NO_RUN, label="Model to explain", scale=3,
-                              elem_id="learn-run", allow_custom_value=True)
+                              elem_id="learn-run", allow_custom_value=True, min_width=300)
             probe = gr.Textbox(label="Probe input (optional; Enter to use it)", scale=2, elem_id="learn-probe",
+                               min_width=300,
                                placeholder="empty: the run's fixed probe; or symbols of its task, e.g. 3 1 4 1 5")
         pages = gr.Radio([(p.title, p.key) for p in PAGES], value=PAGES[0].key, label="Page",
                          elem_id="learn-page")
