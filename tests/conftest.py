@@ -1,8 +1,10 @@
-"""Shared fixtures: the real app launched in a subprocess (`python app.py`) on a free port.
+"""Shared fixtures: the real app launched in a subprocess (`python app.py`) on a free port, and torch
+held to one intra-op thread for a test module.
 
 The server gets its own run store (LAB_RUNS_DIR in a temp folder) and writes its output to a log
 file, so tests can check that no traceback was printed. It is terminated (killed if it hangs) at
-the end. Waits are generous: the CI host is small, shared and noisy.
+the end. Waits are generous: the CI host is small, shared and noisy. Helpers for the browser tests
+are in tests/browser.py.
 """
 from __future__ import annotations
 
@@ -104,3 +106,25 @@ def client(app_server: AppServer):
     from gradio_client import Client
 
     return Client(app_server.url, verbose=False)
+
+
+@pytest.fixture(scope="module")
+def browser_app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    """A launched app of the requesting test module's own, with an empty store (its tests count the
+    runs they create, or take screenshots that show only their runs)."""
+    with launch_app(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """Torch at one intra-op thread for the module that asks for it (`pytestmark =
+    pytest.mark.usefixtures("one_thread")`), restored after its last test. Tiny models are per-op
+    overhead bound: two intra-op threads on a busy 2-core machine run them ~4x slower than one
+    (docs/SCIENCE.md, thread oversubscription)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -9,68 +9,24 @@ reload): as the first click on a fresh page (Compare never shown) and again afte
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 
 import pytest
 
 from lab.teach.presets import PRESETS
-from tests.conftest import launch_app
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, LEGEND, LINES_DRAWN, VIEWPORT, WATCH_ERRORS, choose
+from tests.browser import LEGEND, assert_no_errors, choose, chromium, fill, open_page, shoot, wait_finished, \
+    wait_lines
 
 pytestmark = pytest.mark.slow
 WAIT_MS = 150_000  # a shared 2-core host
-CRASHES: list[str] = []
 GROUPS = ["rope pre-LN (2 seeds)", "rope post-LN (2 seeds)", "alibi pre-LN (2 seeds)", "alibi post-LN (2 seeds)"]
 
 
 @pytest.fixture(scope="module")
-def app_server(tmp_path_factory):
-    with launch_app(tmp_path_factory.mktemp("browser-grid")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def page(app_server):
-    from playwright.sync_api import sync_playwright
-
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"the browser test needs Chromium at {CHROMIUM}: apt-get install chromium")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport=VIEWPORT)
-        context.set_default_timeout(WAIT_MS)
-        page = context.new_page()
-        page.add_init_script(WATCH_ERRORS)
-        page.on("pageerror", lambda exc: CRASHES.append(str(exc)))
-        page.goto(app_server.url)
-        page.wait_for_selector("#start-btn:enabled")  # enabled once the page has loaded
-        yield page
-        browser.close()
-
-
-def assert_no_errors(page) -> None:
-    shown = page.evaluate("window.__labErrors")
-    assert not shown, f"error toasts: {shown}"
-    assert not CRASHES, f"uncaught page errors: {CRASHES}"
-    assert "Traceback" not in page.locator("body").inner_text()
-
-
-def fill(page, sel: str, text: str) -> None:
-    box = page.locator(f"{sel} input, {sel} textarea").first
-    box.fill(text)
-    box.press("Tab")
-
-
-def wait_finished(app, run_ids: list[str]) -> None:
-    deadline = time.monotonic() + WAIT_MS / 1000
-    for r in run_ids:
-        status = app.runs_dir / r / "status.json"
-        while json.loads(status.read_text()).get("state") in ("queued", "running"):
-            assert time.monotonic() < deadline, f"run {r} did not finish in {WAIT_MS / 1000:.0f} s"
-            time.sleep(0.25)
-        assert json.loads(status.read_text())["state"] == "completed"
+def page(browser_app):
+    with chromium() as browser:
+        yield open_page(browser, browser_app.url, WAIT_MS)
 
 
 def picked(page) -> list[str]:
@@ -84,17 +40,32 @@ def assert_tab_headers_unique(page) -> None:
     assert len(labels) == len(set(labels)) and {"Train", "Presets", "Compare"} <= set(labels), labels
 
 
+def click_and_open_compare(page, app, button: str, runs: int) -> list[str]:
+    """Click `button`: Compare opens with the `runs` new runs picked (each tab header still once); their ids."""
+    from playwright.sync_api import expect
+
+    before = app.run_folders()
+    page.locator(button).click()
+    expect(page.get_by_role("tab", name="Compare")).to_have_attribute("aria-selected", "true", timeout=WAIT_MS)
+    page.wait_for_function(f"() => document.querySelectorAll('#compare-pick .token').length == {runs}",
+                           timeout=WAIT_MS)
+    assert_tab_headers_unique(page)
+    new = sorted(app.run_folders() - before)
+    assert len(new) == runs
+    return new
+
+
 def plot_image_drawn(page, sel: str) -> None:
     page.wait_for_function(f"() => {{ const i = document.querySelector('{sel} img'); "
                            "return i && i.complete && i.naturalWidth > 300; }", timeout=WAIT_MS, polling=250)
 
 
-def test_a_preset_as_the_first_click_opens_compare_on_its_curve(page, app_server):
+def test_a_preset_as_the_first_click_opens_compare_on_its_curve(page, browser_app):
     """Compare not shown yet on this page: its curve plot is first drawn while the preset's steps arrive."""
-    run_hello_sort(page, app_server)
+    run_hello_sort(page, browser_app)
 
 
-def test_grid_of_8_runs_opens_compare_grouped(page, app_server):
+def test_grid_of_8_runs_opens_compare_grouped(page, browser_app):
     from playwright.sync_api import expect
 
     page.get_by_role("tab", name="Train").click()  # the preset test before left the Presets tab open
@@ -114,18 +85,12 @@ def test_grid_of_8_runs_opens_compare_grouped(page, app_server):
     wall, total = (float(est.group(i)) * (60 if est.group(i + 1) == "min" else 1) for i in (1, 3))
     assert 0 < wall <= total and "FLOPs" in text
 
-    before = app_server.run_folders()
     t0 = time.monotonic()
-    page.locator("#grid-launch").click()
-    expect(page.get_by_role("tab", name="Compare")).to_have_attribute("aria-selected", "true", timeout=WAIT_MS)
-    page.wait_for_function("() => document.querySelectorAll('#compare-pick .token').length == 8", timeout=WAIT_MS)
-    assert_tab_headers_unique(page)
-    new = sorted(app_server.run_folders() - before)
-    assert len(new) == 8
-    names = {json.loads((app_server.runs_dir / r / "config.json").read_text())["name"] for r in new}
+    new = click_and_open_compare(page, browser_app, "#grid-launch", 8)
+    names = {json.loads((browser_app.runs_dir / r / "config.json").read_text())["name"] for r in new}
     assert names == {f"pos={p} norm={n} seed={s}" for p in ("rope", "alibi") for n in ("pre", "post") for s in (1, 2)}
     assert {t[-7:-1] for t in picked(page)} == {r[-6:] for r in new}
-    wait_finished(app_server, new)
+    wait_finished(page, browser_app, new, WAIT_MS)
     took = time.monotonic() - t0
 
     groups = page.locator("#compare-groups")
@@ -136,18 +101,15 @@ def test_grid_of_8_runs_opens_compare_grouped(page, app_server):
     expect(done).to_have_count(4, timeout=WAIT_MS)
     expect(groups.get_by_role("row")).to_have_count(5)
     plot_image_drawn(page, "#compare-bands")  # the mean curves with their min-max bands
-    page.wait_for_function(f"(args) => ({LINES_DRAWN})(args) >= 8", arg=["#compare-curves", 30],
-                           timeout=WAIT_MS, polling=250)  # the per-run view stays
+    wait_lines(page, "#compare-curves", 8, points=30)  # the per-run view stays
     legend = page.evaluate(LEGEND, "#compare-curves")
     assert len(legend) == 8 and all(len(t) <= 25 and not t.endswith("…") for t in legend), legend
     assert_no_errors(page)
     print(f"\ngrid: estimate {wall} s (wall, 2 at a time), {total} s in all; 8 runs finished {took:.0f} s after launch")
-    page.locator("#compare-bands").evaluate("e => e.scrollIntoView({block: 'start'})")
-    page.wait_for_timeout(500)
-    page.screenshot(path=str(app_server.runs_dir.parent / "grid-compare.png"))
+    shoot(page, browser_app.runs_dir.parent / "grid-compare.png", top="#compare-bands", settle_ms=500)
 
 
-def run_hello_sort(page, app_server) -> None:
+def run_hello_sort(page, browser_app) -> None:
     """Run the "Hello, sort" preset from its card; Compare opens on its run, draws its curve in the
     selection's colours, explains the result, and the Presets tab shows it again after a reload."""
     from playwright.sync_api import expect
@@ -156,18 +118,13 @@ def run_hello_sort(page, app_server) -> None:
     card = page.locator("#preset-card-hello_sort")
     expect(card).to_contain_text("Predict before you click")
     expect(card).to_contain_text(f"about {PRESETS['hello_sort'].wall_s:.0f} s on one CPU core")  # its measured cost
-    before = app_server.run_folders()
     t0 = time.monotonic()
-    page.locator("#preset-hello_sort").click()
-    expect(page.get_by_role("tab", name="Compare")).to_have_attribute("aria-selected", "true", timeout=WAIT_MS)
-    page.wait_for_function("() => document.querySelectorAll('#compare-pick .token').length == 1", timeout=WAIT_MS)
-    assert_tab_headers_unique(page)
-    new = sorted(app_server.run_folders() - before)
-    assert len(new) == 1 and picked(page)[0].startswith("sort (") and new[0][-6:] in picked(page)[0]
+    new = click_and_open_compare(page, browser_app, "#preset-hello_sort", 1)
+    assert picked(page)[0].startswith("sort (") and new[0][-6:] in picked(page)[0]
     assert page.locator("#compare-metric input").input_value() == "exact-match (training lengths)"
     note = page.locator("#compare-note")
     expect(note).to_contain_text("Hello, sort", timeout=WAIT_MS)
-    wait_finished(app_server, new)
+    wait_finished(page, browser_app, new, WAIT_MS)
     expect(note).to_contain_text("1 of 1 runs done.", timeout=WAIT_MS)
     expect(note).to_contain_text(re.compile(r"Solved: every held-out sequence came back sorted|Not solved"))
     took = time.monotonic() - t0
@@ -175,8 +132,7 @@ def run_hello_sort(page, app_server) -> None:
     assert "exact-match" in explanation
     # the new run's curve, in the colours of the new selection (not the grid's: see ui/presets.py opening;
     # nor those of the empty selection Compare opens with: see on_colours in ui/compare.py)
-    page.wait_for_function(f"(args) => ({LINES_DRAWN})(args) >= 1", arg=["#compare-curves", 10],
-                           timeout=WAIT_MS, polling=250)
+    wait_lines(page, "#compare-curves", 1, points=10)
     assert page.evaluate(LEGEND, "#compare-curves") == picked(page)
     assert_no_errors(page)
 
@@ -188,5 +144,5 @@ def run_hello_sort(page, app_server) -> None:
     print(f"\npreset 'Hello, sort': finished and explained {took:.0f} s after the click")
 
 
-def test_a_preset_after_the_grid_opens_compare_on_its_run_alone(page, app_server):
-    run_hello_sort(page, app_server)
+def test_a_preset_after_the_grid_opens_compare_on_its_run_alone(page, browser_app):
+    run_hello_sort(page, browser_app)

@@ -6,8 +6,6 @@ The app runs in its own subprocess on a store holding one small run trained befo
 """
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
@@ -15,7 +13,7 @@ from lab.engine.record import record_run
 from lab.teach.lesson_pages import PAGES
 from lab.engine.store import RunStore
 from tests.conftest import launch_app
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, SHOTS, VIEWPORT, WATCH_ERRORS
+from tests.browser import SHOTS, assert_no_errors, choose, chromium, open_page, shoot
 
 pytestmark = pytest.mark.slow
 WAIT_MS = 60_000  # one picture on a busy 2-core host
@@ -44,22 +42,10 @@ def learn_app(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(learn_app):
-    from playwright.sync_api import sync_playwright
-
-    assert os.access(CHROMIUM, os.X_OK), f"the browser test needs Chromium at {CHROMIUM}"
-    crashes: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport=VIEWPORT)
-        context.set_default_timeout(WAIT_MS)
-        pg = context.new_page()
-        pg.add_init_script(WATCH_ERRORS)
-        pg.on("pageerror", lambda exc: crashes.append(str(exc)))
-        pg.goto(learn_app[0].url)
+    with chromium() as browser:
+        pg = open_page(browser, learn_app[0].url, WAIT_MS, ready=None)
         pg.get_by_role("tab", name="Learn").wait_for()
-        pg.crashes = crashes
         yield pg
-        browser.close()
 
 
 def picture_src(page) -> str:
@@ -95,20 +81,14 @@ def test_every_learn_page_renders_in_chromium(page, learn_app):
         src = assert_page_shown(page, p.title, src, untrained)
 
     # A stored run: pick it, then choose pages from the list (in reverse, so each one is a change).
-    page.locator("#learn-run input").click()
-    page.locator("#learn-run").get_by_role("option", name=f"learn-demo ({run_id[-6:]})").click()
+    choose(page, "#learn-run", f"learn-demo ({run_id[-6:]})")
     trained = f"learn-demo ({run_id[-6:]}), its final weights after 80 steps"
     src = assert_page_shown(page, PAGES[-1].title, src, trained)
     for p in reversed(PAGES[:-1]):
         page.locator("#learn-page").get_by_text(p.title, exact=True).click()
         src = assert_page_shown(page, p.title, src, trained)
         if p.key == "mask":
-            page.locator("#learn-run").evaluate("e => e.scrollIntoView({block: 'start'})")
-            page.mouse.move(0, 0)
-            page.wait_for_timeout(500)
-            SHOTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(SHOTS / "learn.png"))
-            assert (SHOTS / "learn.png").stat().st_size > 20_000
+            shoot(page, SHOTS / "learn.png", top="#learn-run", settle_ms=500)
 
     # A typed probe redraws the page; a bad one gets a message naming the field, not a traceback.
     qkv = next(p for p in PAGES if p.key == "qkv")
@@ -124,6 +104,5 @@ def test_every_learn_page_renders_in_chromium(page, learn_app):
     probe.press("Enter")
     src = assert_page_shown(page, qkv.title, src, trained)
     assert "3 tokens" in page.locator("#learn-caption").inner_text()  # 3 1 2 -> encoder 3 1 2, decoder | 2 1
-    assert not page.crashes, f"uncaught page errors: {page.crashes}"
-    assert "Traceback" not in page.locator("body").inner_text()
+    assert_no_errors(page)
     assert "Traceback" not in learn_app[0].log_text()

@@ -19,14 +19,7 @@ AXES = list(itertools.product(POS_ENCODINGS, NORMS, ARCHS))
 VOCAB = 11
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models are per-op overhead bound: two intra-op threads on a busy 2-core machine run
-    these tests ~4x slower than one (docs/SCIENCE.md, thread oversubscription)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch at one intra-op thread (tests/conftest.py)
 
 
 def tiny(pos: str = "none", norm: str = "pre", arch: str = "decoder", **kw) -> ModelConfig:
@@ -98,22 +91,30 @@ def _copy_common(theirs: nn.Module, ours: Block) -> None:
 D, H, FF = 16, 4, 40
 
 
-def _block_cfg(norm: str) -> ModelConfig:
-    return ModelConfig(d_model=D, n_heads=H, d_ff=FF, activation="relu", norm=norm, pos="none", dropout=0.0)
-
-
-@pytest.mark.parametrize("need_weights", [False, True])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("norm", ["post", "pre"])
-def test_encoder_block_equals_torch_layer(norm, causal, need_weights):
-    cfg = _block_cfg(norm)
+def _block_pair(norm: str, causal: bool, cross: bool) -> tuple[ModelConfig, Block, nn.Module]:
+    """(config, our scrambled Block, torch's reference layer holding the same weights): an encoder
+    layer, or with `cross` a decoder layer (cross-attention copied too)."""
+    cfg = ModelConfig(d_model=D, n_heads=H, d_ff=FF, activation="relu", norm=norm, pos="none", dropout=0.0)
     torch.manual_seed(0)
-    ours = scramble(Block(cfg, causal=causal, cross=False), seed=1)
-    theirs = nn.TransformerEncoderLayer(
-        D, H, dim_feedforward=FF, dropout=0.0, activation="relu", batch_first=True, norm_first=(norm == "pre")
-    ).eval()
+    ours = scramble(Block(cfg, causal=causal, cross=cross), seed=2 if cross else 1)
+    layer = nn.TransformerDecoderLayer if cross else nn.TransformerEncoderLayer
+    theirs = layer(D, H, dim_feedforward=FF, dropout=0.0, activation="relu", batch_first=True,
+                   norm_first=(norm == "pre")).eval()
     with torch.no_grad():
         _copy_common(theirs, ours)
+        if cross:
+            _copy_attn(theirs.multihead_attn, ours.cross_attn)
+    return cfg, ours, theirs
+
+
+BLOCK_CASES = pytest.mark.parametrize("norm,causal,need_weights",
+                                      list(itertools.product(["post", "pre"], [False, True], [False, True])))
+
+
+@BLOCK_CASES
+def test_encoder_block_equals_torch_layer(norm, causal, need_weights):
+    cfg, ours, theirs = _block_pair(norm, causal, cross=False)
+    with torch.no_grad():
         x = torch.randn(3, 7, D)
         mask = nn.Transformer.generate_square_subsequent_mask(7) if causal else None
         want = theirs(x, src_mask=mask)
@@ -127,19 +128,10 @@ def test_encoder_block_equals_torch_layer(norm, causal, need_weights):
     assert not torch.allclose(got, other, atol=1e-3)
 
 
-@pytest.mark.parametrize("need_weights", [False, True])
-@pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("norm", ["post", "pre"])
+@BLOCK_CASES
 def test_decoder_block_equals_torch_layer(norm, causal, need_weights):
-    cfg = _block_cfg(norm)
-    torch.manual_seed(0)
-    ours = scramble(Block(cfg, causal=causal, cross=True), seed=2)
-    theirs = nn.TransformerDecoderLayer(
-        D, H, dim_feedforward=FF, dropout=0.0, activation="relu", batch_first=True, norm_first=(norm == "pre")
-    ).eval()
+    cfg, ours, theirs = _block_pair(norm, causal, cross=True)
     with torch.no_grad():
-        _copy_common(theirs, ours)
-        _copy_attn(theirs.multihead_attn, ours.cross_attn)
         x, memory = torch.randn(3, 7, D), torch.randn(3, 5, D)
         mask = nn.Transformer.generate_square_subsequent_mask(7) if causal else None
         want = theirs(x, memory, tgt_mask=mask)

@@ -183,11 +183,9 @@ class Ran:
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def one_thread_and_pool_shut_down_after(one_thread):
+    """Torch at one intra-op thread (tests/conftest.py) for the module; the pool shut down after it."""
     yield
-    torch.set_num_threads(before)
     while _POOL:
         _POOL.pop().shutdown()
 

@@ -238,17 +238,13 @@ def state_of(server, run_id: str) -> str:
 
 @pytest.mark.slow
 def test_second_browser_cannot_stop_or_delete_first_users_run(public_app):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
-    from tests.test_browser import CHROMIUM, CHROMIUM_ARGS
+    from tests.browser import chromium, fill, open_page
 
     def open_user(browser):
-        context = browser.new_context(viewport={"width": 1300, "height": 1000})
-        context.set_default_timeout(120_000)
-        page = context.new_page()
-        page.add_init_script(WATCH_ERRORS)
-        page.goto(public_app.url)
-        page.wait_for_selector("#start-btn:enabled")  # enabled once the page has loaded
+        page = open_page(browser, public_app.url, 120_000, viewport={"width": 1300, "height": 1000},
+                         watch=WATCH_ERRORS)
         page.wait_for_function("() => localStorage.getItem('lab-owner')", timeout=60_000, polling=250)
         return page
 
@@ -265,55 +261,50 @@ def test_second_browser_cannot_stop_or_delete_first_users_run(public_app):
             page.screenshot(path=str(public_app.log_path.parent / "toast.png"))
             pytest.fail(f"no error toast with {text!r}; toasts: {toasts(page)}; log: {public_app.log_text()[-2000:]}")
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            alice, bob = open_user(browser), open_user(browser)
-            owners = [p.evaluate("localStorage.getItem('lab-owner')") for p in (alice, bob)]
-            assert owners[0] != owners[1]
+    with chromium() as browser:
+        alice, bob = open_user(browser), open_user(browser)
+        owners = [p.evaluate("localStorage.getItem('lab-owner')") for p in (alice, bob)]
+        assert owners[0] != owners[1]
 
-            # Alice starts a long run.
-            for key, value in (("steps", 5000), ("d_ff", 32)):
-                alice.locator(f"#{key} input").fill(str(value))
-                alice.locator(f"#{key} input").press("Tab")
-            alice.locator("#start-btn").click()
-            alice.wait_for_function("() => document.querySelector('#run-pick input').value", timeout=60_000)
-            run_id = alice.locator("#run-pick input").input_value()
-            expect(alice.locator("#progress")).to_contain_text("Running", timeout=120_000)
+        # Alice starts a long run.
+        for key, value in (("steps", 5000), ("d_ff", 32)):
+            fill(alice, f"#{key}", str(value))
+        alice.locator("#start-btn").click()
+        alice.wait_for_function("() => document.querySelector('#run-pick input').value", timeout=60_000)
+        run_id = alice.locator("#run-pick input").input_value()
+        expect(alice.locator("#progress")).to_contain_text("Running", timeout=120_000)
 
-            # Bob can view it (everybody sees every run) but neither stop nor delete it.
-            pick = bob.locator("#run-pick input")
-            pick.fill(run_id)
-            pick.press("Enter")
-            expect(bob.locator("#progress")).to_contain_text("Running", timeout=60_000)
-            bob.locator("#stop-btn").click()
-            wait_toast(bob, "belongs to another user")
-            assert state_of(public_app, run_id) in ("queued", "running")  # the worker may not have written yet
+        # Bob can view it (everybody sees every run) but neither stop nor delete it.
+        pick = bob.locator("#run-pick input")
+        pick.fill(run_id)
+        pick.press("Enter")
+        expect(bob.locator("#progress")).to_contain_text("Running", timeout=60_000)
+        bob.locator("#stop-btn").click()
+        wait_toast(bob, "belongs to another user")
+        assert state_of(public_app, run_id) in ("queued", "running")  # the worker may not have written yet
 
-            # Alice stops her own run; then Bob tries to delete it, confirming: refused.
-            alice.locator("#stop-btn").click()
-            expect(alice.locator("#progress")).to_contain_text("Stopped", timeout=120_000)
-            bob.locator("#delete-btn").click()
-            expect(bob.locator("#delete-confirm")).to_be_visible()
-            expect(bob.locator("#delete-confirm-text")).to_contain_text(run_id)
-            bob.locator("#delete-yes").click()
-            wait_toast(bob, "you can delete only your own runs")
-            assert (public_app.runs_dir / run_id).is_dir() and state_of(public_app, run_id) == "stopped"
+        # Alice stops her own run; then Bob tries to delete it, confirming: refused.
+        alice.locator("#stop-btn").click()
+        expect(alice.locator("#progress")).to_contain_text("Stopped", timeout=120_000)
+        bob.locator("#delete-btn").click()
+        expect(bob.locator("#delete-confirm")).to_be_visible()
+        expect(bob.locator("#delete-confirm-text")).to_contain_text(run_id)
+        bob.locator("#delete-yes").click()
+        wait_toast(bob, "you can delete only your own runs")
+        assert (public_app.runs_dir / run_id).is_dir() and state_of(public_app, run_id) == "stopped"
 
-            # Alice deletes it: the confirmation first (Cancel keeps it), then Yes.
-            alice.locator("#delete-btn").click()
-            expect(alice.locator("#delete-confirm")).to_be_visible()
-            alice.locator("#delete-no").click()
-            expect(alice.locator("#delete-confirm")).to_be_hidden()
-            assert (public_app.runs_dir / run_id).is_dir()
-            alice.locator("#delete-btn").click()
-            alice.locator("#delete-yes").click()
-            expect(alice.locator("#progress")).to_contain_text(f"Deleted run {run_id}", timeout=60_000)
-            assert not (public_app.runs_dir / run_id).exists()
-            assert toasts(alice) == [], toasts(alice)
-            assert "Traceback" not in public_app.log_text()
-        finally:
-            browser.close()
+        # Alice deletes it: the confirmation first (Cancel keeps it), then Yes.
+        alice.locator("#delete-btn").click()
+        expect(alice.locator("#delete-confirm")).to_be_visible()
+        alice.locator("#delete-no").click()
+        expect(alice.locator("#delete-confirm")).to_be_hidden()
+        assert (public_app.runs_dir / run_id).is_dir()
+        alice.locator("#delete-btn").click()
+        alice.locator("#delete-yes").click()
+        expect(alice.locator("#progress")).to_contain_text(f"Deleted run {run_id}", timeout=60_000)
+        assert not (public_app.runs_dir / run_id).exists()
+        assert toasts(alice) == [], toasts(alice)
+        assert "Traceback" not in public_app.log_text()
 
 
 @pytest.mark.slow

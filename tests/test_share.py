@@ -93,17 +93,12 @@ def test_json_download_then_upload_through_the_app(client):
 
 @pytest.mark.slow
 def test_classroom_link_fills_the_knobs_and_hides_controls_in_chromium(browser_app):
-    from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, VIEWPORT, WAIT_MS
-    from playwright.sync_api import sync_playwright
+    from tests.browser import chromium, open_page
 
     cfg = replace(GROK, train=replace(GROK.train, seed=5))
     url = f"{browser_app.url}/?{query_string(cfg, hide=('pos', 'norm'))}"
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_context(viewport=VIEWPORT).new_page()
-        page.set_default_timeout(WAIT_MS)
-        page.goto(url)
-        page.wait_for_selector("#start-btn:enabled")  # enabled once the page has loaded
+    with chromium() as browser:
+        page = open_page(browser, url)
         page.wait_for_function("() => document.querySelector('#seed input') && "
                                "document.querySelector('#seed input').value === '5'", polling=250)
         assert page.locator("#task input").input_value() == "modular_addition"
@@ -131,12 +126,3 @@ def test_classroom_link_fills_the_knobs_and_hides_controls_in_chromium(browser_a
         link = page.locator("#share-link textarea, #share-link input").first.input_value()
         values, _, problems = values_from_query(dict(parse_qsl(link.split("?", 1)[1])))
         assert problems == [] and experiment(config_from_values(values)) == experiment(cfg)
-        browser.close()
-
-
-@pytest.fixture(scope="module")
-def browser_app(tmp_path_factory):
-    from tests.conftest import launch_app
-
-    with launch_app(tmp_path_factory.mktemp("share")) as server:
-        yield server

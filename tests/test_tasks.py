@@ -22,12 +22,7 @@ CASES = [(name, arch) for name, arch in itertools.product(TASK_NAMES, ARCHS)
          if not (name == "induction" and arch == "encoder-decoder")]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch at one intra-op thread (tests/conftest.py)
 
 
 def small(name: str, **kw) -> TaskConfig:

@@ -27,12 +27,7 @@ from lab.trainer import (
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch at one intra-op thread (tests/conftest.py)
 
 
 def tiny_run(arch: str = "decoder", task: str = "copy", **train_kw) -> RunConfig:
