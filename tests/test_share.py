@@ -1,9 +1,9 @@
 """Sharing: the whole configuration (seed included) round-trips through the page URL and a JSON file,
-and a classroom link hides the controls it names.
+and a classroom link locks the controls it names (shown with the teacher's value, read-only).
 
 Unit tests run every preset's configs (which set advanced fields: weight decay, schedule, betas, the
 modulus...) through the URL query and the JSON reader; the slow tests do the same through the real
-app: a link opened in Chromium fills the knobs and hides the named controls, and a config downloaded
+app: a link opened in Chromium fills the knobs and locks the named controls, and a config downloaded
 from the app loads back into the same knobs.
 """
 from __future__ import annotations
@@ -92,7 +92,7 @@ def test_json_download_then_upload_through_the_app(client):
 
 
 @pytest.mark.slow
-def test_classroom_link_fills_the_knobs_and_hides_controls_in_chromium(browser_app):
+def test_classroom_link_fills_the_knobs_and_locks_controls_in_chromium(browser_app):
     from tests.browser import chromium, open_page
 
     cfg = replace(GROK, train=replace(GROK.train, seed=5))
@@ -106,8 +106,13 @@ def test_classroom_link_fills_the_knobs_and_hides_controls_in_chromium(browser_a
         assert page.locator("#weight_decay input").input_value() == "1"
         assert page.locator("#beta2 input").input_value() == str(GROK.train.beta2)
         assert page.locator("#schedule input:checked").get_attribute("value") == GROK.train.schedule
-        assert not page.locator("#pos").is_visible() and not page.locator("#norm").is_visible()
-        assert page.locator("#n_heads").is_visible()  # only the named controls are hidden
+        # the locked controls stay on screen with the teacher's values, read-only, and say why
+        assert page.locator("#pos").is_visible() and page.locator("#norm").is_visible()
+        assert page.locator("#pos input").input_value() == cfg.model.pos and page.locator("#pos input").is_disabled()
+        assert page.locator("#norm input:checked").get_attribute("value") == cfg.model.norm
+        assert all(r.is_disabled() for r in page.locator("#norm input").all())
+        assert "Set by your teacher" in page.locator("#pos").inner_text()
+        assert page.locator("#n_heads input").first.is_enabled()  # only the named controls are locked
         summary = page.locator("#config-summary").inner_text()
         assert "modular_addition" in summary and "⚠️" not in summary
         # nor can the ablation grid vary a hidden control
