@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from lab.params import COMPONENTS, block_params, module_params, param_breakdown, param_formula
-from lab.views.analysis import attention, load_model, parse_probe, positional_view, sampled_probe
+from lab.views.analysis import allowed_symbols, attention, load_model, parse_probe, positional_view, \
+    probe_symbols, sampled_probe
 from lab.config import ARCHS, NORMS, POS_ENCODINGS, TASK_NAMES, ConfigError, ModelConfig, RunConfig, TaskConfig
 from lab.model import Block
 from lab.tasks import IGNORE_INDEX, get_task, probe
@@ -218,6 +219,21 @@ def test_parse_probe_refuses_bad_text(text, why):
         parse_probe(tiny(), text)  # decoder, n_ctx 40: 21 symbols make 42 tokens
     assert info.value.field == "probe"
     assert why in str(info.value)
+
+
+@pytest.mark.parametrize("task", ["reverse", "addition"])
+def test_probe_symbols_are_exactly_what_a_typed_probe_accepts(task):
+    """The Inspect tab's hint lists these symbols: each is accepted, anything else is refused."""
+    cfg = tiny(task=task, max_len=3, n_ctx=64)
+    symbols = probe_symbols(cfg)
+    task_def = get_task(task)
+    assert symbols == {task_def.label(cfg.task, t): t for t in range(task_def.n_symbols(cfg.task))}
+    shown = allowed_symbols(cfg, shown=3)
+    assert shown.startswith(", ".join(list(symbols)[:3])) and shown.endswith(" ...") == (len(symbols) > 3)
+    for name in symbols if task == "reverse" else []:
+        assert parse_probe(cfg, name).dec_labels[0] == name
+    with pytest.raises(ConfigError, match="allowed: " + ", ".join(list(symbols)[:3])):
+        parse_probe(cfg, "§")
 
 
 def test_parse_probe_longest_accepted_input_fits_n_ctx():

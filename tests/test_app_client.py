@@ -97,10 +97,18 @@ def test_start_poll_then_compare_and_inspect(client, app_server):
     *_, typed_caption = client.predict(run_id=run_id, source="typed", text="1 2 3", step=150, api_name="/attention")
     assert typed_caption.startswith("Typed input")
 
-    scatter, figure, note = client.predict(run_id, api_name="/positional_a")
-    pcs = frame(scatter)
-    assert list(pcs.columns) == ["pc1", "pc2", "position"] and len(pcs) >= 8
-    assert figure["type"] == "matplotlib" and "PCA" in note
+    # the page's own event: a typed input it cannot draw leaves every figure as it is and says why beside the box
+    *kept, note, slider, probe = client.predict(run_id, "typed", "z z", 150, api_name="/attention_view")
+    assert all(update == {"__type__": "update"} for update in [*kept, slider, probe])
+    assert note.startswith("⚠️ **Typed input**") and "'z'" in note
+    *figures, caption, note, slider, probe = client.predict(run_id, "typed", "1 2 3", 150, api_name="/attention_view")
+    assert caption.startswith("Typed input") and note == "" and figures[1]["visible"] is True
+    assert slider["interactive"] is False and slider["value"] == 150 and "final weights" in slider["label"]
+
+    pca, figure, note = client.predict(run_id, api_name="/positional_a")  # figures, whole pictures of this run
+    assert pca["visible"] is True and pca["value"]["type"] == "matplotlib"
+    assert pca["value"]["plot"].startswith("data:image")
+    assert figure["type"] == "matplotlib" and note.startswith("PCA of")
 
     run_a, run_b = client.predict(api_name="/inspect_runs")
     assert [label_id[1] for label_id in run_a["choices"]].count(run_id) == 1

@@ -14,7 +14,8 @@ from matplotlib.figure import Figure
 from lab.params import COMPONENTS, param_breakdown
 from lab.views.analysis import attention, load_model, positional_view, sampled_probe
 from lab.config import ModelConfig, RunConfig, TaskConfig
-from lab.views.plots import KIND_TITLES, attention_grid, curves_figure, params_figure, positional_figure, to_png
+from lab.views.plots import KIND_TITLES, attention_grid, curves_figure, params_figure, pca_figure, \
+    positional_figure, to_png
 
 LAB = Path(__file__).resolve().parents[1] / "lab"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -96,17 +97,56 @@ def test_positional_figure_for_tables(pos):
     assert to_png(fig).startswith(PNG)
 
 
-@pytest.mark.parametrize("n_heads,panels", [(1, 1), (2, 2), (4, 4), (8, 4)])
-def test_positional_figure_for_alibi_shows_a_panel_per_head(n_heads, panels):
+@pytest.mark.parametrize("with_pca", [True, False])
+@pytest.mark.parametrize("n_heads", [1, 2, 4, 8])
+def test_positional_figure_for_alibi_shows_every_head_and_says_so(n_heads, with_pca):
     view = positional_view(tiny(pos="alibi", n_heads=n_heads), n=8)
-    fig = positional_figure(view)
+    fig = positional_figure(view, with_pca=with_pca)  # the app draws it without the PCA: it showed 2 of 4 heads
     heatmaps = images(fig)
-    assert len(heatmaps) == panels and len(fig.axes) == panels + 1
+    assert len(heatmaps) == n_heads and len(fig.axes) == n_heads + 1  # a panel per head and one colour bar
     for h, ax in enumerate(heatmaps):
         np.testing.assert_allclose(ax.images[0].get_array(), view.relative[h])
-    if panels > 1:
-        assert [ax.get_title() for ax in heatmaps] == [f"head {h}" for h in range(panels)]
+        assert ax.get_title() == f"head {h}\nslope {-view.relative[h][1, 0]:.2g}"
+    assert fig._supxlabel.get_text() == ("ALiBi score bias: its one head" if n_heads == 1
+                                         else f"ALiBi score bias: all {n_heads} heads")
     assert to_png(fig).startswith(PNG)
+
+
+def test_alibi_heads_share_one_colour_scale():
+    """One colour bar speaks for every panel, so every panel uses its scale (each head's own scale
+    made a gentle slope look as steep as the steepest)."""
+    view = positional_view(tiny(pos="alibi", n_heads=4), n=8)
+    fig = positional_figure(view, with_pca=False)
+    limits = {ax.images[0].get_clim() for ax in images(fig)}
+    assert limits == {(float(view.relative.min()), float(view.relative.max()))}
+
+
+def test_past_sixteen_heads_the_figure_says_how_many_it_shows():
+    cfg = RunConfig(model=ModelConfig(pos="alibi", d_model=64, n_heads=32, n_layers=1, d_ff=32, n_ctx=40),
+                    task=TaskConfig(max_len=4))
+    view = positional_view(cfg, n=6)
+    fig = positional_figure(view, with_pca=False)
+    heads = [int(ax.get_title().split()[1]) for ax in images(fig)]
+    assert len(heads) == 16 and heads[0] == 0 and heads[-1] == 31 and heads == sorted(set(heads))
+    assert fig._supxlabel.get_text() == "ALiBi score bias: 16 of 32 heads (evenly spaced)"
+
+
+@pytest.mark.parametrize("pos", ["sinusoidal", "learned"])
+def test_pca_figure_draws_every_position_of_this_view(pos):
+    view = positional_view(tiny(pos=pos), n=12)
+    fig = pca_figure(view, title="A · demo")
+    ax = fig.axes[0]
+    np.testing.assert_allclose(ax.collections[0].get_offsets(), view.pca)  # one dot per position, in order
+    np.testing.assert_array_equal(ax.collections[0].get_array(), np.arange(12))  # coloured by position
+    assert ax.get_title() == "PCA of 12 position vectors" and fig._suptitle.get_text() == "A · demo"
+    assert ax.get_xlabel() == f"PC1 ({view.explained[0]:.0%} of variance)"
+    assert {t.get_text() for t in ax.texts} == {"0", "11"}  # the first and last positions are labelled
+    assert fig.axes[1].get_ylabel() == "position" and to_png(fig).startswith(PNG)
+
+
+def test_pca_figure_refuses_an_encoding_without_position_vectors():
+    with pytest.raises(ValueError, match="no position vectors"):
+        pca_figure(positional_view(tiny(pos="rope"), n=6))
 
 
 def test_positional_figure_for_rope_shows_its_single_pattern():
@@ -115,6 +155,7 @@ def test_positional_figure_for_rope_shows_its_single_pattern():
     heatmaps = images(fig)
     assert len(heatmaps) == 1 and len(fig.axes) == 2  # every head shares it: one panel + colorbar
     assert heatmaps[0].get_title() == "every head"
+    assert fig._supxlabel.get_text() == "RoPE relative score: one pattern shared by all 4 heads"
     np.testing.assert_allclose(heatmaps[0].images[0].get_array(), view.relative[0])
     assert to_png(fig).startswith(PNG)
 

@@ -2,24 +2,37 @@
 and the positional encodings of two runs side by side (PCA, similarity, relative patterns).
 
 The sampled probe's attention comes from the snapshots saved during training (scrubbing never
-retrains); a typed probe runs a fresh model loaded from the run's final weights.
+retrains); a typed probe runs a fresh model loaded from the run's final weights, and the step slider
+then says so (disabled, at the final step).
+
+Every picture is a matplotlib figure: an update carries the whole picture, so it always shows the run
+picked. (The PCA was a native scatter plot: sent a new run's points and axis limits in one update, it
+rebuilt its chart for the new limits from the points it still held, so it showed the previous run's
+points and colour scale under the new run's axes, and "NaN" after a run without position vectors.)
+
+The page's events answer a typed input that cannot be drawn next to the Typed input box and keep the
+heatmaps shown; the API endpoints (`/attention`, `/attention_for_run`) refuse it with an error naming
+the field.
 """
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Optional
 
 import gradio as gr
-import pandas as pd
 
-from lab.views.analysis import attention, load_model, parse_probe, positional_view, sampled_probe
-from lab.config import ConfigError
-from lab.views.plots import KIND_TITLES, attention_grid, positional_figure
-from ui.common import AppContext, errors_as_messages, with_api_params, short_label
+from lab.config import ConfigError, flatten
+from lab.views.analysis import allowed_symbols, attention, load_model, parse_probe, positional_view, sampled_probe
+from lab.views.plots import KIND_TITLES, attention_grid, pca_figure, positional_figure
+from ui.common import AppContext, errors_as_messages, short_label, with_api_params
 
 KINDS = ("enc_self", "dec_self", "cross")
 SOURCES = ("sampled", "typed")
 MAX_PROBE_CHARS = 1000
+TYPED_LABEL = "Typed input"  # the box's label: its messages name it
+TYPED_CAPTION = "Typed input, final weights."
+ROWS_NOTE = " Rows are queries (the token attending), columns are keys; each row sums to 1."
 
 
 def checked_inputs(ctx: AppContext, run_id: Any, source: Any = "sampled", text: Any = "", step: Any = 0) -> float:
@@ -45,7 +58,8 @@ def run_choices(ctx: AppContext) -> list[tuple[str, str]]:
     return [(short_label(r), r["run_id"]) for r in df.iloc[::-1].to_dict("records")]
 
 
-def step_slider(ctx: AppContext, run_id: Optional[str]) -> gr.Slider:
+def step_slider(ctx: AppContext, run_id: Optional[str], at: Optional[int] = None) -> gr.Slider:
+    """The slider over a run's attention snapshots, at `at` (default: the last one)."""
     if run_id:
         checked_inputs(ctx, run_id)
     steps = ctx.store.snapshot_steps(run_id) if run_id else []
@@ -53,100 +67,185 @@ def step_slider(ctx: AppContext, run_id: Optional[str]) -> gr.Slider:
         return gr.Slider(minimum=0, maximum=1, value=0, step=1, interactive=False,
                          label="Training step (no attention snapshots saved yet)")
     gap = steps[1] - steps[0] if len(steps) > 1 else 1
-    return gr.Slider(minimum=steps[0], maximum=steps[-1], value=steps[-1], step=max(gap, 1), interactive=True,
-                     label=f"Training step ({len(steps)} snapshots: {', '.join(map(str, steps))})")
+    return gr.Slider(minimum=steps[0], maximum=steps[-1], value=steps[-1] if at is None else at, step=max(gap, 1),
+                     interactive=True, label=f"Training step ({len(steps)} snapshots: {', '.join(map(str, steps))})")
+
+
+def final_slider(ctx: AppContext, run_id: str) -> gr.Slider:
+    """The slider while a typed input is shown: disabled at the step the final weights come from."""
+    steps = ctx.store.snapshot_steps(run_id)
+    final = int((ctx.store.summary(run_id) or {}).get("steps") or (steps[-1] if steps else 0))
+    return gr.Slider(minimum=min(steps[0], final) if steps else 0, maximum=max([final, 1, *steps[-1:]]), value=final,
+                     interactive=False, label=f"Training step: final weights (step {final}), what a typed input "
+                                              "runs on (pick the sampled probe to scrub through training)")
+
+
+def _figures(patterns: dict, probe) -> list[gr.Plot]:
+    labels = {"enc_self": (probe.src_labels, probe.src_labels), "dec_self": (probe.dec_labels, probe.dec_labels),
+              "cross": (probe.dec_labels, probe.src_labels)}
+    return [gr.Plot(attention_grid(patterns[kind], *labels[kind], KIND_TITLES[kind]), visible=True)
+            if kind in patterns else gr.Plot(visible=False) for kind in KINDS]
+
+
+def _hidden(caption: str) -> list:
+    return [gr.Plot(visible=False)] * len(KINDS) + [caption]
+
+
+def _final_weights(ctx: AppContext, run_id: str) -> dict:
+    if ctx.store.summary(run_id) is None:
+        raise ConfigError("run_id", "this run has no final weights yet: wait until it finishes, or use the "
+                          "sampled probe")
+    return ctx.store.load_weights(run_id)
+
+
+def _sampled(ctx: AppContext, run_id: str, cfg, step: Optional[float]) -> tuple[list, Optional[int]]:
+    """(figures and caption, the snapshot step drawn or None) for the sampled probe at the snapshot
+    nearest `step` (None: the last one)."""
+    steps = ctx.store.snapshot_steps(run_id)
+    if not steps:
+        return _hidden("No attention snapshots saved for this run yet."), None
+    at = steps[-1] if step is None else min(steps, key=lambda s: abs(s - step))
+    figures = _figures(ctx.store.load_snapshot(run_id, at), sampled_probe(cfg))
+    return figures + [f"Sampled probe input at step {at}." + ROWS_NOTE], at
 
 
 def attention_figures(ctx: AppContext, run_id: Optional[str], source: str, text: str, step: float):
-    """One figure (or a hidden plot) per attention kind, and a caption."""
+    """The API's `/attention`: one figure (or a hidden plot) per attention kind, and a caption. Refuses
+    an input it cannot draw with an error naming the field."""
     if not run_id:
-        return [gr.Plot(visible=False)] * len(KINDS) + ["Pick a run to see its attention."]
+        return _hidden("Pick a run to see its attention.")
     step = checked_inputs(ctx, run_id, source, text, step)
     cfg = ctx.store.config(run_id)
-    if source == "typed":
-        if not ctx.store.exists(run_id) or ctx.store.summary(run_id) is None:
-            raise ConfigError("run_id", "this run has no final weights yet: wait until it finishes, or use the "
-                              "sampled probe")
-        probe = parse_probe(cfg, text)
-        patterns = attention(load_model(cfg, ctx.store.load_weights(run_id)), probe.batch)
-        caption = "Typed input, final weights."
-    else:
-        probe = sampled_probe(cfg)
-        steps = ctx.store.snapshot_steps(run_id)
-        if not steps:
-            return [gr.Plot(visible=False)] * len(KINDS) + ["No attention snapshots saved for this run yet."]
-        at = min(steps, key=lambda s: abs(s - step))
-        patterns = ctx.store.load_snapshot(run_id, at)
-        caption = f"Sampled probe input at step {at}."
-    labels = {"enc_self": (probe.src_labels, probe.src_labels), "dec_self": (probe.dec_labels, probe.dec_labels),
-              "cross": (probe.dec_labels, probe.src_labels)}
-    out = []
-    for kind in KINDS:
-        if kind in patterns:
-            q, k = labels[kind]
-            out.append(gr.Plot(attention_grid(patterns[kind], q, k, KIND_TITLES[kind]), visible=True))
-        else:
-            out.append(gr.Plot(visible=False))
-    caption += " Rows are queries (the token attending), columns are keys; each row sums to 1."
-    return out + [caption]
+    if source == "sampled":
+        return _sampled(ctx, run_id, cfg, step)[0]
+    weights = _final_weights(ctx, run_id)
+    probe = parse_probe(cfg, text)
+    return _figures(attention(load_model(cfg, weights), probe.batch), probe) + [TYPED_CAPTION + ROWS_NOTE]
 
 
-def positional_panel(ctx: AppContext, run_id: Optional[str]):
-    """(PCA scatter frame, figure, caption) for one run's positional encoding."""
+def typed_note(ctx: AppContext, run_id: Optional[str], source: str, text: Any) -> str:
+    """What the note beside the Typed input box says: why the typed input cannot be drawn (naming the
+    box), what to type while it is empty, or nothing."""
+    if source != "typed" or not run_id or not isinstance(text, (str, type(None))):
+        return ""
+    cfg = ctx.store.config(run_id)
+    if not (text or "").strip():
+        return f"Type symbols of task {cfg.task.name} ({_md(allowed_symbols(cfg))}), then press Enter."
+    if len(text) > MAX_PROBE_CHARS:
+        return _problem(f"is longer than {MAX_PROBE_CHARS} characters")
+    if ctx.store.summary(run_id) is None:
+        return _problem("this run has no final weights yet: wait until it finishes, or use the sampled probe")
+    try:
+        parse_probe(cfg, text)
+    except ConfigError as exc:
+        return _problem(str(exc).split(": ", 1)[-1])
+    return ""
+
+
+def _problem(message: str) -> str:
+    short = message if len(message) <= 200 else message[:197] + "..."
+    return f"⚠️ **{TYPED_LABEL}**: {_md(short)}"
+
+
+def _md(text: str) -> str:
+    """`text` with Markdown's special characters escaped (a typed input is echoed in messages)."""
+    return re.sub(r"([\\`*_{}\[\]<>()#+\-.!|~])", r"\\\1", text)
+
+
+def attention_view(ctx: AppContext, run_id: Optional[str], source: str, text: str, step: float,
+                   trigger: str = "") -> list:
+    """What the page shows after a change (`trigger`: "run", "text" or another widget): the figures
+    and caption, the note beside the Typed input box, the step slider, and the probe choice.
+
+    A typed input that cannot be drawn keeps the figures shown (after a run change they belong to
+    another run: hidden instead) and says why beside the box. Pressing Enter in the box picks the
+    typed probe. The slider always says what is shown: the snapshot drawn, or the final weights."""
+    keep = [gr.skip()] * (len(KINDS) + 1)
     if not run_id:
-        return None, None, "Pick a run."
+        return _hidden("Pick a run to see its attention.") + ["", gr.skip(), gr.skip()]
+    step = checked_inputs(ctx, run_id, source, text, step)
+    probe_choice = gr.skip()
+    if trigger == "text":
+        if not (text or "").strip():
+            return keep + [typed_note(ctx, run_id, source, text), gr.skip(), gr.skip()]
+        source = probe_choice = "typed"
+    cfg = ctx.store.config(run_id)
+    if source == "sampled":
+        drawn, at = _sampled(ctx, run_id, cfg, None if trigger == "run" else step)
+        return drawn + ["", step_slider(ctx, run_id, at), probe_choice]
+    note = typed_note(ctx, run_id, source, text)
+    if note:
+        fresh = trigger == "run"
+        shown = _hidden("Nothing drawn for this run yet: see the note beside Typed input.") if fresh else keep
+        return shown + [note, step_slider(ctx, run_id) if fresh else gr.skip(), probe_choice]
+    probe = parse_probe(cfg, text)
+    figures = _figures(attention(load_model(cfg, _final_weights(ctx, run_id)), probe.batch), probe)
+    return figures + [TYPED_CAPTION + ROWS_NOTE, "", final_slider(ctx, run_id), probe_choice]
+
+
+def run_label(ctx: AppContext, run_id: Optional[str]) -> str:
+    """The run's name as the pickers show it ("" for none)."""
+    if not run_id:
+        return ""
+    checked_inputs(ctx, run_id)
+    return short_label({"run_id": run_id, **flatten(ctx.store.config(run_id))})
+
+
+def positional_panel(ctx: AppContext, run_id: Optional[str], side: str = ""):
+    """(PCA figure, similarity or relative-pattern figure, caption) for one run's positional encoding;
+    the PCA plot is hidden for an encoding without position vectors (RoPE, ALiBi, none)."""
+    if not run_id:
+        return gr.Plot(None, visible=False), None, "Pick a run."
     checked_inputs(ctx, run_id)
     cfg = ctx.store.config(run_id)
     weights = ctx.store.load_weights(run_id) if ctx.store.summary(run_id) is not None else None
     view = positional_view(cfg, weights)
-    fig = positional_figure(view, short_label({"run_id": run_id, **_flat(cfg)}), with_pca=False)
+    label = run_label(ctx, run_id)
+    title = f"{side} · {label}" if side else label
+    fig = positional_figure(view, title, with_pca=False)
     if view.pca is None:
-        return pd.DataFrame({"pc1": [], "pc2": [], "position": []}), fig, view.note or ""
-    pcs = pd.DataFrame({"pc1": view.pca[:, 0], "pc2": view.pca[:, 1] if view.pca.shape[1] > 1 else 0.0,
-                        "position": range(len(view.pca))})
-    lims = {f"{a}_lim": _padded(pcs[c]) for a, c in (("x", "pc1"), ("y", "pc2"))}  # no point on the frame
+        return gr.Plot(None, visible=False), fig, view.note or ""
     ev = view.explained
     trained = "" if weights is not None or cfg.model.pos != "learned" else " (untrained: the run has no weights yet)"
-    caption = (f"PCA of {len(pcs)} position vectors{trained}: PC1 explains {ev[0]:.0%} and PC2 "
+    caption = (f"PCA of {len(view.pca)} position vectors{trained}: PC1 explains {ev[0]:.0%} and PC2 "
                f"{ev[1] if len(ev) > 1 else 0:.0%} of their variance. Nearby positions close together means "
                f"the encoding varies smoothly with position.")
-    return gr.ScatterPlot(value=pcs, **lims), fig, caption
-
-
-def _padded(col: pd.Series, margin: float = 0.08) -> list[float]:
-    lo, hi = float(col.min()), float(col.max())
-    pad = margin * (hi - lo) or 1.0
-    return [lo - pad, hi + pad]
-
-
-def _flat(cfg) -> dict[str, Any]:
-    from lab.config import flatten
-    return flatten(cfg)
+    return gr.Plot(pca_figure(view, title), visible=True), fig, caption
 
 
 def build_inspect_tab(ctx: AppContext) -> gr.Tab:
     with gr.Tab("Inspect", id="inspect") as tab:
-        with gr.Row():
-            run = gr.Dropdown([], label="Run", scale=3, elem_id="inspect-run", allow_custom_value=True)
-            source = gr.Radio(["sampled", "typed"], value="sampled", label="Probe input", scale=1)
-            text = gr.Textbox(label="Typed input", placeholder="e.g. 3 1 4 1 5", scale=2)
-        step = gr.Slider(0, 1_000_000, value=0, step=1, label="Training step", elem_id="inspect-step")  # bounds: per run
-        caption = gr.Markdown()
-        plots = [gr.Plot(label=KIND_TITLES[k], visible=False, elem_id=f"attn-{k}") for k in KINDS]
+        with gr.Row():  # min widths: on a phone each control gets a line of its own
+            run = gr.Dropdown([], label="Run", scale=3, min_width=300, elem_id="inspect-run", allow_custom_value=True)
+            source = gr.Radio(list(SOURCES), value="sampled", label="Probe input", scale=1, min_width=160,
+                              elem_id="inspect-source")
+            with gr.Column(scale=2, min_width=240):
+                text = gr.Textbox(label=TYPED_LABEL, placeholder="e.g. 3 1 4 1 5, then Enter", max_lines=1,
+                                  max_length=MAX_PROBE_CHARS, elem_id="inspect-text")
+                note = gr.Markdown(elem_id="inspect-text-note")  # beside the box it speaks of
+        step = gr.Slider(0, 1_000_000, value=0, step=1, label="Training step", elem_id="inspect-step")  # per run
+        caption = gr.Markdown(elem_id="inspect-caption")
+        # the figures carry their own titles: a label above them would repeat (and cover) them
+        plots = [gr.Plot(label=KIND_TITLES[k], show_label=False, visible=False, elem_id=f"attn-{k}") for k in KINDS]
         gr.Markdown("### Positional encodings, side by side")
-        with gr.Row(equal_height=True):
-            gr.Markdown("**A** is the run chosen above. Pick **B** to compare its positions with A's.")
-            run_b = gr.Dropdown([], label="B: compare with run", elem_id="inspect-run-b", allow_custom_value=True)
         with gr.Row():
             sides = []
             for side in ("A", "B"):
-                with gr.Column():
-                    pick = run if side == "A" else run_b
-                    scatter = gr.ScatterPlot(x="pc1", y="pc2", color="position", height=260,
-                                             title=f"PCA of position vectors ({side})", elem_id=f"pca-{side}")
-                    fig = gr.Plot(label=f"Similarity / relative pattern ({side})", elem_id=f"pe-fig-{side}")
-                    note = gr.Markdown()
-                    sides.append((pick, scatter, fig, note))
+                with gr.Column(min_width=300):  # a side's picker above its figures (stacked on a phone)
+                    if side == "A":
+                        pick = run
+                        a_label = gr.Textbox(label="A: the run chosen above", interactive=False,
+                                             elem_id="inspect-run-a")
+                    else:
+                        pick = gr.Dropdown([], label="B: compare with run", elem_id="inspect-run-b",
+                                           allow_custom_value=True)
+                    pca = gr.Plot(label=f"PCA of position vectors ({side})", show_label=False, visible=False,
+                                  elem_id=f"pca-{side}")
+                    fig = gr.Plot(label=f"Similarity / relative pattern ({side})", show_label=False,
+                                  elem_id=f"pe-fig-{side}")
+                    side_note = gr.Markdown(elem_id=f"pe-note-{side}")
+                    sides.append((pick, side, pca, fig, side_note))
+        run_b = sides[1][0]
 
     @errors_as_messages
     def on_tab():
@@ -155,15 +254,34 @@ def build_inspect_tab(ctx: AppContext) -> gr.Tab:
         return gr.Dropdown(choices=ch, value=first), gr.Dropdown(choices=ch, value=ch[1][1] if len(ch) > 1 else first)
 
     tab.select(on_tab, outputs=[run, run_b], api_name="inspect_runs")
-    draw = with_api_params(errors_as_messages(lambda *a: attention_figures(ctx, *a)), ["run_id", "source", "text", "step"])
-    att_inputs, att_outputs = [run, source, text, step], plots + [caption]
-    run.change(with_api_params(errors_as_messages(lambda r: step_slider(ctx, r)), ["run_id"]), inputs=run, outputs=step, api_name="snapshot_steps").then(
-        draw, inputs=att_inputs, outputs=att_outputs, api_name="attention_for_run", preprocess=False)
-    gr.on([source.change, text.submit, step.release], draw, inputs=att_inputs, outputs=att_outputs,
-          api_name="attention", trigger_mode="always_last", preprocess=False)
-    # preprocess=False: the Radio's and Slider's own checks would refuse a bad value with a message naming
-    # no field; checked_inputs names it (raw values of these widgets are what the callback expects anyway)
-    for i, (pick, scatter, fig, note) in enumerate(sides):
-        pick.change(with_api_params(errors_as_messages(lambda r: positional_panel(ctx, r)), ["run_id"]), inputs=pick, outputs=[scatter, fig, note],
-                    api_name=f"positional_{'ab'[i]}")
+    att_inputs = [run, source, text, step]
+    triggers = {"inspect-run": "run", "inspect-text": "text"}
+
+    @errors_as_messages
+    def view(run_id: Any, source: Any, text: Any, step: Any, evt: gr.EventData):
+        return attention_view(ctx, run_id, source, text, step, triggers.get(getattr(evt.target, "elem_id", ""), ""))
+
+    # One event for every change, so the draws apply in order (always_last): two events could finish
+    # out of order and leave a picture of another run or probe on screen. preprocess=False: the Radio's
+    # and Slider's own checks would refuse a bad value with a message naming no field; checked_inputs
+    # names it (raw values of these widgets are what the callbacks expect anyway).
+    gr.on([run.change, source.input, text.submit, step.release], view, inputs=att_inputs,
+          outputs=plots + [caption, note, step, source], api_name="attention_view", trigger_mode="always_last",
+          preprocess=False, show_progress_on=plots + [caption])
+    # the note follows the box as it changes (typed or pasted): it goes as soon as the input is fixed
+    text.change(with_api_params(errors_as_messages(lambda *a: typed_note(ctx, *a)), ["run_id", "source", "text"]),
+               inputs=[run, source, text], outputs=note, api_name="check_typed_input", trigger_mode="always_last",
+               preprocess=False, show_progress="hidden")
+    # API only (no trigger on the page): the slider's snapshots, and attention that refuses a bad input
+    gr.on([], with_api_params(errors_as_messages(lambda r: step_slider(ctx, r)), ["run_id"]), inputs=run,
+          outputs=step, api_name="snapshot_steps")
+    draw = with_api_params(errors_as_messages(lambda *a: attention_figures(ctx, *a)),
+                           ["run_id", "source", "text", "step"])
+    for name in ("attention_for_run", "attention"):
+        gr.on([], draw, inputs=att_inputs, outputs=plots + [caption], api_name=name, preprocess=False)
+    run.change(with_api_params(errors_as_messages(lambda r: run_label(ctx, r)), ["run_id"]), inputs=run,
+               outputs=a_label, api_name="run_label", show_progress="hidden")
+    for pick, side, pca, fig, side_note in sides:
+        pick.change(with_api_params(errors_as_messages(lambda r, s=side: positional_panel(ctx, r, s)), ["run_id"]),
+                    inputs=pick, outputs=[pca, fig, side_note], api_name=f"positional_{side.lower()}")
     return tab

@@ -49,6 +49,20 @@ def sampled_probe(cfg: RunConfig) -> ProbeInput:
     return labelled(cfg, probe(cfg.task, cfg.model.arch))
 
 
+def probe_symbols(cfg: RunConfig) -> dict[str, int]:
+    """The symbols a typed probe may use for this run's task (a language model's whole vocabulary):
+    label -> token id."""
+    task, tc = get_task(cfg.task.name), cfg.task
+    n_sym = task.vocab_size(tc) if task.lm else task.n_symbols(tc)
+    return {task.label(tc, t): t for t in range(n_sym)}
+
+
+def allowed_symbols(cfg: RunConfig, shown: int = 12) -> str:
+    """The first `shown` symbols of `probe_symbols`, for messages: "0, 1, 2, ..."."""
+    names = list(probe_symbols(cfg))
+    return ", ".join(names[:shown]) + (" ..." if len(names) > shown else "")
+
+
 def parse_probe(cfg: RunConfig, text: str) -> ProbeInput:
     """A typed prompt ("3 1 2", "3,1,2" or "312") -> the task's input with the true answer.
 
@@ -58,9 +72,8 @@ def parse_probe(cfg: RunConfig, text: str) -> ProbeInput:
     parts = [p for p in re.split(r"[\s,]+", text.strip()) if p]
     if len(parts) == 1 and len(parts[0]) > 1:
         parts = list(parts[0])  # "312" -> "3", "1", "2"
-    n_sym = task.vocab_size(tc) if task.lm else task.n_symbols(tc)
-    names = {task.label(tc, t): t for t in range(n_sym)}
-    allowed = ", ".join(list(names)[:12]) + (" ..." if len(names) > 12 else "")
+    names = probe_symbols(cfg)
+    allowed = allowed_symbols(cfg)
     if not parts:
         raise ConfigError("probe", f"is empty (type symbols of task {tc.name!r}: {allowed})")
     bad = [p for p in parts if p not in names]
@@ -79,7 +92,8 @@ def parse_probe(cfg: RunConfig, text: str) -> ProbeInput:
         batch = task.layout(tc, cfg.model.arch, tokens, task.solve(tc, tokens))
     longest = max(batch.inp.shape[1], batch.src.shape[1] if batch.src is not None else 0)
     if longest > cfg.model.n_ctx:
-        raise ConfigError("probe", f"is {longest} tokens long (allowed: at most n_ctx={cfg.model.n_ctx})")
+        raise ConfigError("probe", f"is {longest} tokens long (allowed: at most the run's context length, "
+                                   f"n_ctx={cfg.model.n_ctx})")
     return labelled(cfg, batch)
 
 

@@ -6,12 +6,14 @@ threads can draw at once) and uses colour-blind-safe colour maps (viridis, civid
 from __future__ import annotations
 
 import io
+import math
 import textwrap
 from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from lab.params import COMPONENTS
 from lab.views.analysis import PositionalView
@@ -83,46 +85,61 @@ def _tick_index(labels: Sequence[str]) -> list[int]:
     return list(range(0, len(labels), max(1, -(-len(labels) // MAX_TICKS))))
 
 
+MAX_HEAD_PANELS = 16  # past this many heads, a relative-pattern figure shows an evenly spaced 16 and says so
+
+
+def pca_figure(view: PositionalView, title: str = "") -> Figure:
+    """The position vectors projected on their first two principal components, one dot per position
+    coloured by position, consecutive positions joined by a grey line, the first and last labelled.
+
+    A complete picture in one image: the app draws it as a figure because a native (vega) plot that is
+    sent new data and new axis limits at once redrew the new axes around the previous run's points."""
+    if view.pca is None:
+        raise ValueError(f"pca: a {view.pos!r} encoding has no position vectors to project")
+    fig = Figure(figsize=(5.2, 4.2), layout="constrained")
+    ax = fig.subplots()
+    _draw_pca(fig, ax, view)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return fig
+
+
+def _draw_pca(fig: Figure, ax, view: PositionalView) -> None:
+    n = view.pca.shape[0]
+    xs = view.pca[:, 0]
+    ys = view.pca[:, 1] if view.pca.shape[1] > 1 else np.zeros(n)  # (n,) second component, or a flat line
+    sc = ax.scatter(xs, ys, c=np.arange(n), cmap="viridis", s=28, zorder=2)
+    ax.plot(xs, ys, color="0.7", lw=0.6, zorder=1)
+    for i in {0, n - 1}:
+        ax.annotate(str(i), (xs[i], ys[i]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ev = view.explained
+    ax.set_xlabel(f"PC1 ({ev[0]:.0%} of variance)")
+    ax.set_ylabel(f"PC2 ({ev[1]:.0%} of variance)" if len(ev) > 1 else "PC2 (none: one dimension)")
+    ax.set_title(f"PCA of {n} position vectors", fontsize=10)
+    bar = fig.colorbar(sc, ax=ax, label="position")
+    bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+
+
 def positional_figure(view: PositionalView, title: str = "", with_pca: bool = True) -> Figure:
     """PCA of the position vectors (coloured by position) beside their similarity matrix; for
-    RoPE and ALiBi, the relative pattern they impose; for none, the explanation.
-    `with_pca=False` draws the similarity matrix alone (the app shows the PCA as a native plot)."""
+    RoPE and ALiBi, the relative pattern they impose (every head, on one colour scale); for none,
+    the explanation. `with_pca=False` leaves the PCA out (the app shows it as its own `pca_figure`)."""
     fig = Figure(figsize=(9, 4) if with_pca else (5.2, 4.2), layout="constrained")
-    if view.pca is not None and not with_pca:
-        ax2 = fig.subplots()
+    if view.pca is not None:
+        if with_pca:
+            ax1, ax2 = fig.subplots(1, 2)
+            _draw_pca(fig, ax1, view)
+        else:
+            ax2 = fig.subplots()
         im = ax2.imshow(view.similarity, cmap="cividis", vmin=-1, vmax=1, interpolation="nearest")
         ax2.set_title("cosine similarity between positions", fontsize=10)
         ax2.set_xlabel("position")
         ax2.set_ylabel("position")
+        for axis in (ax2.xaxis, ax2.yaxis):
+            axis.set_major_locator(MaxNLocator(integer=True))
         fig.colorbar(im, ax=ax2, shrink=0.85)
-    elif view.pca is not None:
-        ax1, ax2 = fig.subplots(1, 2)
-        n = view.pca.shape[0]
-        ys = view.pca[:, 1] if view.pca.shape[1] > 1 else np.zeros(n)
-        sc = ax1.scatter(view.pca[:, 0], ys, c=np.arange(n), cmap="viridis", s=28)
-        ax1.plot(view.pca[:, 0], ys, color="0.7", lw=0.6, zorder=0)
-        ev = view.explained
-        ax1.set_xlabel(f"PC1 ({ev[0]:.0%} of variance)")
-        ax1.set_ylabel(f"PC2 ({ev[1]:.0%} of variance)" if len(ev) > 1 else "")
-        ax1.set_title("PCA of position vectors", fontsize=10)
-        fig.colorbar(sc, ax=ax1, label="position")
-        im = ax2.imshow(view.similarity, cmap="cividis", vmin=-1, vmax=1, interpolation="nearest")
-        ax2.set_title("cosine similarity between positions", fontsize=10)
-        ax2.set_xlabel("position")
-        ax2.set_ylabel("position")
-        fig.colorbar(im, ax=ax2)
     elif view.relative is not None:
-        same = bool(np.all(view.relative == view.relative[:1]))  # RoPE: one pattern for every head
-        heads = 1 if same else min(4 if with_pca else 2, view.relative.shape[0])
-        axes = fig.subplots(1, heads, squeeze=False)[0]
-        label = "score bias" if view.pos == "alibi" else "relative score"
-        for h, ax in enumerate(axes):
-            im = ax.imshow(view.relative[h], cmap="viridis", interpolation="nearest")
-            ax.set_title("every head" if same else f"head {h}", fontsize=9)
-            ax.set_xlabel("key position")
-            if h == 0:
-                ax.set_ylabel("query position")
-        fig.colorbar(im, ax=list(axes), shrink=0.8, label=label)
+        _draw_relative(fig, view, wide=with_pca)
     else:
         ax = fig.subplots()
         ax.axis("off")
@@ -130,6 +147,52 @@ def positional_figure(view: PositionalView, title: str = "", with_pca: bool = Tr
                 fontsize=11)
     fig.suptitle(title, fontsize=11 if with_pca else 9)
     return fig
+
+
+def shown_heads(n_heads: int) -> list[int]:
+    """The heads a relative-pattern figure draws: all of them, or MAX_HEAD_PANELS evenly spaced ones."""
+    if n_heads <= MAX_HEAD_PANELS:
+        return list(range(n_heads))
+    return sorted({round(i * (n_heads - 1) / (MAX_HEAD_PANELS - 1)) for i in range(MAX_HEAD_PANELS)})
+
+
+def _draw_relative(fig: Figure, view: PositionalView, wide: bool) -> None:
+    """RoPE: one panel (every head shares its pattern). ALiBi: a panel per head, titled with the head's
+    slope, all on one colour scale (a colour bar that belongs to one head would mislabel the others);
+    the figure says how many heads it shows. `wide`: up to 4 panels a row, else a square-ish grid."""
+    rel = view.relative  # (H, n, n)
+    n_heads = rel.shape[0]
+    same = n_heads > 1 and bool(np.all(rel == rel[:1]))  # RoPE: one pattern for every head
+    heads = [0] if same else shown_heads(n_heads)
+    cols = min(len(heads), 4) if wide else math.ceil(math.sqrt(len(heads)))
+    rows = -(-len(heads) // cols)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    lo, hi = float(rel[heads].min()), float(rel[heads].max())
+    is_alibi = view.pos == "alibi"
+    for i, ax in enumerate(axes):
+        if i >= len(heads):
+            fig.delaxes(ax)  # the last row's empty places
+            continue
+        h = heads[i]
+        im = ax.imshow(rel[h], cmap="viridis", vmin=lo, vmax=hi, interpolation="nearest")
+        slope = f"\nslope {-rel[h][1, 0]:.2g}" if is_alibi and rel.shape[1] > 1 else ""  # bias(1, 0) = -slope
+        ax.set_title("every head" if same else f"head {h}{slope}", fontsize=9 if len(heads) <= 4 else 7)
+        ax.tick_params(labelsize=7)
+        if i // cols == rows - 1:
+            ax.set_xlabel("key position", fontsize=8)
+        if i % cols == 0:
+            ax.set_ylabel("query position", fontsize=8)
+    fig.colorbar(im, ax=list(axes[:len(heads)]), shrink=0.8, label="score bias" if is_alibi else "relative score")
+    what = "ALiBi score bias" if is_alibi else "RoPE relative score"
+    if same:
+        count = f"one pattern shared by all {n_heads} heads"
+    elif n_heads == 1:
+        count = "its one head"
+    elif len(heads) == n_heads:
+        count = f"all {n_heads} heads"
+    else:
+        count = f"{len(heads)} of {n_heads} heads (evenly spaced)"
+    fig.supxlabel(f"{what}: {count}", fontsize=8)
 
 
 MAX_PARAM_BARS = 12  # past this many runs, runs with the same breakdown share one bar
