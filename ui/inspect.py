@@ -76,8 +76,7 @@ def final_slider(ctx: AppContext, run_id: str) -> gr.Slider:
     steps = ctx.store.snapshot_steps(run_id)
     final = int((ctx.store.summary(run_id) or {}).get("steps") or (steps[-1] if steps else 0))
     return gr.Slider(minimum=min(steps[0], final) if steps else 0, maximum=max([final, 1, *steps[-1:]]), value=final,
-                     interactive=False, label=f"Training step: final weights (step {final}), what a typed input "
-                                              "runs on (pick the sampled probe to scrub through training)")
+                     interactive=False, label=f"Training step: final weights (step {final}), used by a typed input")
 
 
 def _figures(patterns: dict, probe) -> list[gr.Plot]:
