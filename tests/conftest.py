@@ -46,7 +46,7 @@ class AppServer:
         """Run folders in the store (dot-folders are runs still being created)."""
         if not self.runs_dir.is_dir():
             return set()
-        return {p.name for p in self.runs_dir.iterdir() if p.is_dir()}
+        return {p.name for p in self.runs_dir.iterdir() if p.is_dir() and p.name != ".locks"}  # not writer locks
 
 
 def free_port() -> int:

@@ -277,7 +277,7 @@ def test_sigkill_mid_training_lists_as_interrupted_beside_a_torn_run(trained, tm
     assert set(rows) == {run_dir.name, torn.name}
     killed = rows[run_dir.name]
     assert killed["state"] == "interrupted" and "died" in killed["error"]
-    assert json.loads((run_dir / "status.json").read_text())["state"] == "interrupted"  # persisted
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "running"  # listing writes nothing
     assert rows[torn.name]["state"] == "completed" and rows[torn.name]["damaged"] == ""
     assert rows[torn.name]["final.eval.exact_match"] == pytest.approx(done["eval"]["exact_match"])
 
