@@ -31,6 +31,9 @@ footer {display: none !important}
      the summary, Start and the curves above the knobs */
   .tab-container button {padding: 6px 7px !important; font-size: 14px !important}
   #train-main {flex-direction: column-reverse !important}
+  /* attention heatmaps keep a readable size and scroll sideways inside their own box */
+  #attn-enc_self .matplotlib, #attn-dec_self .matplotlib, #attn-cross .matplotlib {overflow-x: auto}
+  #attn-enc_self img, #attn-dec_self img, #attn-cross img {max-width: none !important; width: 640px !important}
 }
 """
 

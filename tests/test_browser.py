@@ -14,8 +14,6 @@ from tests.browser import LEGEND, SHOTS, WAIT_MS, assert_no_errors, choose, chro
 
 pytestmark = pytest.mark.slow
 STEPS = 400
-# Marks a vega scatter plot has drawn: its symbols.
-SYMBOLS_DRAWN = """(sel) => document.querySelectorAll(sel + ' g.mark-symbol.role-mark path').length"""
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +67,8 @@ def test_train_compare_inspect_in_chromium(page, browser_app):
     page.wait_for_function("() => { const i = document.querySelector('#attn-dec_self img, #attn-dec_self canvas');"
                            " return i && (i.naturalWidth || i.width) > 100; }", timeout=WAIT_MS, polling=250)
     for side in ("A", "B"):
-        page.wait_for_function(f"() => ({SYMBOLS_DRAWN})('#pca-{side}') >= 8", timeout=WAIT_MS, polling=250)
+        page.wait_for_function(f"() => {{ const i = document.querySelector('#pca-{side} img'); "
+                               "return !!i && i.complete && i.naturalWidth > 100; }", timeout=WAIT_MS, polling=250)
     assert page.locator("#inspect-run input").input_value().endswith(f"({second[-6:]})")
     assert page.locator("#inspect-run-b input").input_value().endswith(f"({first[-6:]})")
     assert_no_errors(page)
