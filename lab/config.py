@@ -290,7 +290,9 @@ def in_words(exc: ConfigError) -> tuple[str, str]:
     fields_ = declared_fields()
     labels = {f.key: f.spec.label for f in fields_}
     names = {f.name: f.spec.label for f in fields_ if f.name != "name"}
-    what = labels.get(exc.field) or (f"Grid axis {exc.field[5:]}" if exc.field.startswith("grid.") else exc.field)
+    others = {"model": "Model size", "owner": "User token", "runs per user": "Runs per user", "queue": "Queue"}
+    what = (labels.get(exc.field) or others.get(exc.field)
+            or (f"Grid axis {exc.field[5:]}" if exc.field.startswith("grid.") else exc.field))
     text = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
     text = re.sub(r"\b(task|model|train)\.(\w+)\b", lambda m: labels.get(m.group(0), m.group(0)), text)
 

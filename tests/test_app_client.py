@@ -23,12 +23,13 @@ SMALL = {"task": "copy", "max_len": 4, "d_model": 32, "n_heads": 2, "steps": 150
 
 def start(client, **knobs: Any) -> str:
     """Start a run through /start (SMALL, overridden by `knobs`); return its id."""
-    pick, my_runs, text, timer = client.predict(**{**SMALL, **knobs}, my_runs=[], owner="u1", api_name="/start")
+    pick, my_runs, text, timer, note = client.predict(**{**SMALL, **knobs}, my_runs=[], owner="u1", api_name="/start")
     run_id = pick["value"]
     assert isinstance(run_id, str) and run_id
     assert my_runs == [run_id]
     assert timer["active"] is True
     assert "Queued" in text or "Running" in text, text
+    assert note == ""  # a good Start clears the note beside the button
     return run_id
 
 

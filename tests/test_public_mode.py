@@ -325,16 +325,22 @@ def test_public_limits_and_ownership_through_the_api(public_app):
         assert "\n" not in message and "Traceback" not in message, message
         return message
 
-    assert refused(**{**SLOW_RUN, "steps": 5001}, my_runs=[], owner=ALICE, api_name="/start").startswith(
-        "train.steps: 5,001 steps is above this server's limit of 5,000 (LAB_MAX_STEPS)")
+    def start_refused(**kwargs) -> str:
+        """A refused Start answers in its note (a line beside the button), naming the limit."""
+        *others, note = client.predict(**kwargs, api_name="/start")
+        assert note.startswith("⚠️ **") and "\n" not in note and "Traceback" not in note, note
+        return note
+
+    assert start_refused(**{**SLOW_RUN, "steps": 5001}, my_runs=[], owner=ALICE).startswith(
+        "⚠️ **Steps**: 5,001 steps is above this server's limit of 5,000 (LAB_MAX_STEPS)")
     big = {**SLOW_RUN, "d_model": 256, "n_heads": 4, "d_ff": 16384, "n_layers": 8, "steps": 10}
-    assert refused(**big, my_runs=[], owner=ALICE, api_name="/start").startswith("model: ")
-    assert "needs a user token" in refused(**SLOW_RUN, my_runs=[], owner="", api_name="/start")
+    assert start_refused(**big, my_runs=[], owner=ALICE).startswith("⚠️ **Model size**: ")
+    assert "needs a user token" in start_refused(**SLOW_RUN, my_runs=[], owner="")
     assert public_app.run_folders() == before, "a refused run created a folder"
 
     ids = [client.predict(**SLOW_RUN, my_runs=[], owner=ALICE, api_name="/start")[0]["value"] for _ in range(2)]
-    message = refused(**SLOW_RUN, my_runs=[], owner=ALICE, api_name="/start")
-    assert message.startswith("runs per user: you already have 2 run(s) queued or running"), message
+    message = start_refused(**SLOW_RUN, my_runs=[], owner=ALICE)
+    assert message.startswith("⚠️ **Runs per user**: you already have 2 run(s) queued or running"), message
     assert "LAB_MAX_RUNS_PER_USER" in message and "wait for one to finish or stop one" in message
     assert len(public_app.run_folders() - before) == 2
 
