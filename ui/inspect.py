@@ -125,6 +125,8 @@ def attention_figures(ctx: AppContext, run_id: Optional[str], source: str, text:
 def typed_note(ctx: AppContext, run_id: Optional[str], source: str, text: Any) -> str:
     """What the note beside the Typed input box says: why the typed input cannot be drawn (naming the
     box), what to type while it is empty, or nothing."""
+    if run_id:
+        ctx.store.path(run_id)  # RunIdError for anything that is not a run id (no path tricks), whatever the source
     if source != "typed" or not run_id or not isinstance(text, (str, type(None))):
         return ""
     cfg = ctx.store.config(run_id)
