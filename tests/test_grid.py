@@ -12,9 +12,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from lab.params import param_breakdown
 from lab.config import RunConfig, flatten
-from lab.teach.grid import (AXES, MAX_RUNS, GridError, band, build_grid, estimate, group_runs, has_repeats, load_factor,
-                      parse_values,
-                      run_seconds, varied_columns)
+from lab.teach.grid import (AXES, MAX_RUNS, GridError, band, build_grid, group_runs, has_repeats,
+                            parse_values, varied_columns)
 from lab.engine.jobs import JobManager
 from lab.engine.record import record_run
 from lab.views.plots import bands_figure, params_figure, to_png
@@ -90,31 +89,6 @@ def test_parse_values_keeps_order_and_types():
     assert parse_values("seed", "0") == (0,)  # seeds may be 0; other integer axes start at 1
     with pytest.raises(GridError, match="heads.*out of range"):
         parse_values("heads", "0")
-
-
-# ---- the time estimate --------------------------------------------------------------------------
-def _with(cfg: RunConfig, **model) -> RunConfig:
-    return replace(cfg, model=replace(cfg.model, **model))
-
-
-def test_estimate_grows_with_steps_and_size():
-    short, long = (replace(BASE, train=replace(BASE.train, steps=s)) for s in (200, 400))
-    assert run_seconds(long) > 1.8 * run_seconds(short)
-    widths = [run_seconds(_with(BASE, d_model=d, d_ff=4 * d)) for d in (16, 64, 256)]
-    depths = [run_seconds(_with(BASE, n_layers=n)) for n in (1, 2, 4)]
-    batches = [run_seconds(replace(BASE, train=replace(BASE.train, batch_size=b))) for b in (8, 64, 256)]
-    for seq in (widths, depths, batches):
-        assert seq == sorted(seq) and seq[0] < seq[-1], seq
-
-
-def test_estimate_shares_workers_like_the_job_manager():
-    cfgs = build_grid(BASE, [("layers", "1, 2, 3, 4")])
-    one, two, many = (estimate(cfgs, w) for w in (1, 2, 8))
-    assert one.wall_s == pytest.approx(sum(one.run_s))
-    assert max(one.run_s) <= two.wall_s < one.wall_s
-    assert many.wall_s == pytest.approx(max(one.run_s))
-    text = two.text(2)
-    assert "**4 runs**" in text and "2 running at a time" in text and "FLOPs" in text and "±40%" in text
 
 
 # ---- grouping seed repeats ----------------------------------------------------------------------
@@ -228,28 +202,6 @@ def test_params_legend_stays_inside_the_figure():
     legend = fig.axes[0].get_legend().get_window_extent(canvas.get_renderer())
     width, height = fig.bbox.width, fig.bbox.height
     assert 0 <= legend.x0 and legend.x1 <= width and legend.y1 <= height, (legend, width, height)
-
-
-def test_estimate_counts_a_batched_group_as_one_job():
-    cfgs = build_grid(BASE, [("PE", "rope, alibi"), ("seed", "1, 2")])
-    by_pe = estimate(cfgs, 2, batch_key=lambda c: c.model.pos)  # two jobs of two runs each
-    assert by_pe.wall_s == pytest.approx(2 * max(by_pe.run_s))
-    one_job = estimate(cfgs, 2, batch_key=lambda c: "all")
-    assert one_job.wall_s == pytest.approx(sum(one_job.run_s))
-
-
-def test_load_factor_scales_the_estimate_by_how_fast_runs_really_went():
-    cfgs = build_grid(BASE, [("PE", "rope, alibi"), ("seed", "1, 2")])
-    est = [run_seconds(c) for c in cfgs]
-    assert load_factor([]) == (1.0, 0)
-    assert load_factor([(c, 3 * t) for c, t in zip(cfgs, est)]) == (pytest.approx(3.0), 4)
-    # batched: the two seeds of a PE share one job's wall time, estimated as the sum of both runs
-    batched = [(c, 2 * (est[0] + est[1]) if c.model.pos == "rope" else 4 * (est[2] + est[3])) for c in cfgs]
-    assert load_factor(batched, batch_key=lambda c: c.model.pos) == (pytest.approx(3.0), 2)
-    plain, slow = estimate(cfgs, 2), estimate(cfgs, 2, scale=(2.5, 7))
-    assert slow.wall_s == pytest.approx(2.5 * plain.wall_s) and slow.run_s == pytest.approx([2.5 * t for t in est])
-    assert "times 2.5" in slow.text(2) and "last 7 finished jobs" in slow.text(2)
-    assert "busy server is slower" in plain.text(2)
 
 
 def test_bands_figure_draws_a_mean_line_and_a_band_per_group():

@@ -1,5 +1,6 @@
 """Ablation grid, an accordion inside the Train tab: vary one to three axes of the current knobs,
-see the run count and a time estimate, launch every run, and open Compare on them (grouped).
+see the run count and a time estimate (the job manager's, from this server's measured speed and queue:
+lab/engine/estimate.py), launch every run, and open Compare on them (grouped).
 
 The base config is the Train tab's knobs (`config_from_values`, as Start uses). Everything is
 validated before anything launches (lab/grid.py), so a bad value or combination creates no run.
@@ -12,8 +13,8 @@ from typing import Any
 
 import gradio as gr
 
-from lab.config import ConfigError, RunConfig
-from lab.teach.grid import AXES, MAX_AXES, MAX_RUNS, build_grid, estimate, load_factor
+from lab.config import ConfigError
+from lab.teach.grid import AXES, MAX_AXES, MAX_RUNS, build_grid
 from ui.common import AppContext, errors_as_messages, with_api_params, remember_runs
 from ui.compare import reset_curves, select
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values
@@ -84,26 +85,8 @@ def preview_text(ctx: AppContext, knobs: tuple, pairs: tuple) -> str:
         cfgs = grid_configs(knobs, pairs)
     except ConfigError as exc:
         return f"⚠️ **{exc.field}**: {str(exc).split(': ', 1)[1]}"
-    workers = ctx.jobs.max_concurrent
-    key = None
-    if getattr(ctx.jobs, "batch_seeds", False):  # seed repeats train as one batched model
-        from lab.batched import batch_key as key
-    return estimate(cfgs, workers, key, load_factor(recent_runs(ctx), key)).text(workers)
-
-
-def recent_runs(ctx: AppContext, last: int = 40) -> list[tuple[RunConfig, float]]:
-    """(config, wall_s) of this server's newest completed runs, oldest first: how fast runs really go here."""
-    df = ctx.store.list()
-    if "final.wall_s" not in df.columns:
-        return []
-    df = df[(df["state"] == "completed") & df["final.wall_s"].notna()].tail(last)
-    out = []
-    for run_id, wall in zip(df["run_id"], df["final.wall_s"]):
-        try:
-            out.append((ctx.store.config(run_id), float(wall)))
-        except (OSError, ValueError):  # deleted or damaged meanwhile
-            continue
-    return out
+    n = len(cfgs)
+    return f"**{n} run{'s' if n != 1 else ''}.** {ctx.jobs.estimate(cfgs).text(counted=False)}"
 
 
 def build_grid_panel(ctx: AppContext, widgets: dict, my_runs: gr.BrowserState,

@@ -1,20 +1,21 @@
 """Presets tab: known results from docs/SCIENCE.md, one click each (the runs live in lab/presets.py).
 
-Each preset shows its "predict before you click" question, its reference and its measured wall
-time. Its button launches all its runs and opens Compare on them with the preset's curve; a timer
-follows them ("n of m runs done") and, once all are done, shows the preset's explanation, built
-from the measured summaries. The last launched preset is kept in the browser (gr.BrowserState), so
-reopening the page finds its runs again.
+Each preset shows its "predict before you click" question, its reference and how long its runs would
+take if started now: the job manager's estimate from this server's measured speed and its queue
+(lab/engine/estimate.py), refreshed when the tab is opened and while a preset trains. Its button
+launches all its runs and opens Compare on them with the preset's curve; a timer follows them ("n of
+m runs done") and, once all are done, shows the preset's explanation, built from the measured
+summaries. The last launched preset is kept in the browser (gr.BrowserState), so reopening the page
+finds its runs again.
 """
 from __future__ import annotations
-
-import math
 
 from dataclasses import dataclass
 from typing import Any, Callable
 
 import gradio as gr
 
+from lab.engine.estimate import Estimate
 from lab.teach.presets import PRESETS, Preset, measured
 from lab.engine.store import LIVE_STATES
 from lab.engine.storefs import DamagedRunError, RunIdError, RunNotFoundError
@@ -27,24 +28,21 @@ INTRO = ("Known results, reproduced on this machine in seconds to minutes. **Rea
          "them. When they finish, a sentence here (and above Compare's curves) says what happened and why.")
 
 
-def wall_text(p: Preset) -> str:
-    """The measured cost (runs one after another, 1 core each) and the wait on a 2-core server, where
-    two runs train at once (measured on the dev machine: a guide, not a promise)."""
-    n = len(p.runs)
-    if n == 1:
-        return f"about {p.wall_s:.0f} s on one CPU core"
-    wait = p.wall_s * math.ceil(n / 2) / n
-    return f"about {p.wall_s:.0f} s of training in all, about {_t(wait)} on a 2-core CPU (two runs at once)"
+def wall_text(est: Estimate) -> str:
+    """The wait if the preset were started now, and where that figure comes from (one sentence)."""
+    return f"⏱ {est.text()}"
 
 
-def _t(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
-
-
-def card(p: Preset) -> str:
+def card(p: Preset, est: Estimate) -> str:
     n = len(p.runs)
     return (f"### {p.title}\n**Predict before you click:** {p.question}\n\n"
-            f"*{p.reference}.* {n} run{'s' if n > 1 else ''}, {wall_text(p)}; opens Compare on *{p.metric}*.")
+            f"*{p.reference}.* {n} run{'s' if n > 1 else ''}; opens Compare on *{p.metric}*.\n\n{wall_text(est)}")
+
+
+def cards(ctx: AppContext, owner: Any = "") -> list[str]:
+    """Every preset's card with the estimate for this server now (milliseconds: no store reads)."""
+    who = owner if isinstance(owner, str) else ""
+    return [card(p, ctx.jobs.estimate(list(p.runs), owner=who)) for p in PRESETS.values()]
 
 
 def last_runs(ctx: AppContext, last: Any) -> tuple[Preset | None, list[str]]:
@@ -119,6 +117,8 @@ class PresetsTab:
     show: gr.Button
     on_load: Callable
     ctx: AppContext
+    tab: gr.Tab
+    cards: list[gr.Markdown]
 
     def wire(self, tabs: gr.Tabs, compare: Any, my_runs: gr.BrowserState, owner: gr.BrowserState) -> None:
         """Register the buttons once Compare exists. On page load, `demo.load(self.on_load, inputs=self.last,
@@ -165,20 +165,29 @@ class PresetsTab:
         self.show.click(on_show, inputs=self.last, outputs=opens, api_name="preset_show").success(
             on_select, inputs=self.last, outputs=compare.pick, api_name="preset_show_select")
 
+        # the cards' estimates follow the server: when the tab is opened, and while a preset trains
+        @errors_as_messages
+        def on_cards(who: Any) -> list[str]:
+            return cards(ctx, who)
+
+        self.tab.select(on_cards, inputs=owner, outputs=self.cards, api_name="preset_cards", show_progress="hidden")
+        self.timer.tick(on_cards, inputs=owner, outputs=self.cards, api_name="preset_cards_poll",
+                        show_progress="hidden")
+
 
 def build_presets_tab(ctx: AppContext, last: gr.BrowserState) -> PresetsTab:
     """`last`: gr.BrowserState({}, storage_key="lab-last-preset"), made outside gr.Tabs (a direct child of
     gr.Tabs is taken for a tab and the headers show wrong labels; inside a tab not yet shown, its stored
     value is not read at page load)."""
-    with gr.Tab("Presets", id="presets"):
+    with gr.Tab("Presets", id="presets") as tab:
         gr.Markdown(INTRO)
         with gr.Row():
             status_md = gr.Markdown("", elem_id="preset-status")
             show = gr.Button("Show the last preset in Compare", size="sm", scale=0, elem_id="preset-show")
-        buttons = {}
-        for p in PRESETS.values():
+        buttons, card_mds = {}, []
+        for p, text in zip(PRESETS.values(), cards(ctx)):
             with gr.Group():
-                gr.Markdown(card(p), elem_id=f"preset-card-{p.key}", padding=True)
+                card_mds.append(gr.Markdown(text, elem_id=f"preset-card-{p.key}", padding=True))
                 buttons[p.key] = gr.Button(f"Run “{p.title}”", variant="primary", size="sm",
                                            elem_id=f"preset-{p.key}")
         timer = gr.Timer(POLL_S, active=False)
@@ -188,4 +197,4 @@ def build_presets_tab(ctx: AppContext, last: gr.BrowserState) -> PresetsTab:
         text, live = status(ctx, stored)
         return text, text, gr.Timer(active=live)
 
-    return PresetsTab(last, status_md, timer, buttons, show, on_load, ctx)
+    return PresetsTab(last, status_md, timer, buttons, show, on_load, ctx, tab, card_mds)

@@ -15,6 +15,7 @@ import pandas as pd
 
 from lab.params import param_breakdown
 from lab.config import ConfigError, RunConfig, in_words
+from lab.engine.jobs import JobManager
 from lab.engine.limits import Limits, check_config, thin, valid_owner
 from lab.engine.store import DamagedRunError, RunIdError, RunNotFoundError
 from lab.tasks import get_task
@@ -40,9 +41,10 @@ def _values(args: tuple) -> dict[str, Any]:
     return dict(zip(KNOB_KEYS, args))
 
 
-def describe(cfg: RunConfig, limits: Optional[Limits] = None) -> str:
+def describe(cfg: RunConfig, limits: Optional[Limits] = None, jobs: Optional[JobManager] = None) -> str:
     """The config in words: the task, the parameter count by component, and, on a server whose limits
-    refuse it, that Start will refuse it and why (said before anyone clicks)."""
+    refuse it, that Start will refuse it and why; else, with `jobs`, how long it would take if started now
+    (the job manager's estimate from this server's measured speed and queue). Said before anyone clicks."""
     parts = param_breakdown(cfg)
     total = sum(parts.values())
     detail = ", ".join(f"{k} {v:,}" for k, v in parts.items() if v)
@@ -50,15 +52,17 @@ def describe(cfg: RunConfig, limits: Optional[Limits] = None) -> str:
     if cfg.model.pos == "alibi" and cfg.model.n_heads <= 2:
         hint = "\n\n*Hint: with 1-2 heads ALiBi's slopes are tiny (2^-8, 2^-4), so its recency bias is weak.*"
     task = get_task(cfg.task.name)
-    refused = ""
-    if limits is not None:
-        try:
+    cost = ""
+    try:
+        if limits is not None:
             check_config(limits, cfg)
-        except ConfigError as exc:
-            what, why = in_words(exc)
-            refused = f"\n\n⚠️ **Start will refuse this run** ({what}): {why}"
+        if jobs is not None:
+            cost = f"\n\n⏱ {jobs.estimate([cfg]).text()}"
+    except ConfigError as exc:
+        what, why = in_words(exc)
+        cost = f"\n\n⚠️ **Start will refuse this run** ({what}): {why}"
     return (f"**Task {task.name}**: {task.description}\n\n**{total:,} parameters** ({detail}). "
-            f"Longest sequence: {cfg.model.n_ctx} tokens.{hint}{refused}")
+            f"Longest sequence: {cfg.model.n_ctx} tokens.{hint}{cost}")
 
 
 def problem(exc: ConfigError) -> str:
@@ -67,9 +71,10 @@ def problem(exc: ConfigError) -> str:
     return f"⚠️ **{what}**: {' '.join(why.split())}"
 
 
-def validate(*args: Any, limits: Optional[Limits] = None) -> str:
+def validate(*args: Any, ctx: Optional[AppContext] = None) -> str:
+    """The summary of the knobs' values (`ctx`: and what this server says of them: limits, time)."""
     try:
-        return describe(config_from_values(_values(args)), limits)
+        return describe(config_from_values(_values(args)), *((ctx.jobs.limits, ctx.jobs) if ctx else ()))
     except ConfigError as exc:
         return problem(exc)
 
@@ -123,7 +128,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
             with gr.Column(scale=2, min_width=320):
                 widgets = _knob_panel()
             with gr.Column(scale=3):
-                summary = gr.Markdown(validate(*[k.default() for k in KNOBS]), elem_id="config-summary")
+                summary = gr.Markdown(validate(*[k.default() for k in KNOBS], ctx=ctx), elem_id="config-summary")
                 with gr.Row():
                     # enabled by on_load: a Start answered before the page's load event would be undone
                     # by it (on_load restores "Run shown" and "my runs" from the browser)
@@ -152,8 +157,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
     names = [k.url_key for k in KNOBS]
     # preprocess=False on every event that reads the knobs: the widgets' own checks (slider bounds, dropdown
     # choices) would reject a bad value with a message that names no field; config_from_values names it.
-    limits = ctx.jobs.limits
-    gr.on([widgets[k].change for k in KNOB_KEYS], with_api_params(lambda *a: validate(*a, limits=limits), names),
+    gr.on([widgets[k].change for k in KNOB_KEYS], with_api_params(lambda *a: validate(*a, ctx=ctx), names),
           inputs=inputs, outputs=summary, api_name="validate", show_progress="hidden", trigger_mode="always_last",
           preprocess=False)
     gr.on([widgets[k].change for k in KNOB_KEYS], None, outputs=note, js="() => ''", show_progress="hidden",
@@ -250,7 +254,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                              info=f"🔒 Set by your teacher for this class. {k.info}" if k.key in hide else k.info)
                    for k in KNOBS]
         runs = [r for r in (runs if isinstance(runs, list) else [])[:200] if is_run_id(ctx, r) and ctx.store.exists(r)]
-        note = validate(*[values.get(k.key, k.default()) for k in KNOBS])
+        note = validate(*[values.get(k.key, k.default()) for k in KNOBS], ctx=ctx)
         if problems:
             rest = " (the rest of the link was applied)" if values else " (so the link's settings were not applied)"
             note = "⚠️ " + "; ".join(problems) + rest + "\n\n" + note

@@ -15,11 +15,13 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from lab.batched import batch_key
 from lab.config import RunConfig
+from lab.engine.cost import cost
 from lab.engine.environment import MODES, batch_seeds_default, default_max_concurrent, default_mode
+from lab.engine.estimate import Estimate, Server, SpeedLog, forecast, group_jobs, probe_capacity
 from lab.engine.limits import Limits, check_admission
 from lab.engine.pool import WorkerPool
 from lab.engine.record import Outcome, error_line, fail_runs, outcomes
@@ -60,6 +62,7 @@ class _Job:
     last_step: StepRecord | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
     group: str | None = None  # submit_many: queued runs with one group train as one batched model
+    cfg: RunConfig | None = None  # what it trains (for the time estimates)
 
 
 class JobManager:
@@ -91,6 +94,7 @@ class JobManager:
         self._workers: list[threading.Thread] = []
         self._idle = 0
         self._closed = False
+        self._speed = SpeedLog()  # measured speed of this server's jobs, for the time estimates
 
     def warm_up(self, delay_s: float = 0.0) -> None:
         """Start the worker processes (one per slot) in the background after `delay_s`, so the first runs
@@ -144,7 +148,7 @@ class JobManager:
                     keys = [batch_key(c) if batch and self.batch_seeds else None for c in cfgs[:len(ids)]]
                     shared = {k for k in keys if k is not None and keys.count(k) > 1}
                     for run_id, cfg, key in zip(ids, cfgs, keys):
-                        job = _Job(run_id, owner, cfg.train.steps)
+                        job = _Job(run_id, owner, cfg.train.steps, cfg=cfg)
                         job.group = f"{ids[0]}/{hash(key)}" if key in shared else None
                         self._jobs[run_id] = job
                         self._queue.append(run_id)
@@ -236,6 +240,33 @@ class JobManager:
             snaps = [self._snapshot(job) for job in self._jobs.values()]
         return sorted(snaps, key=lambda s: (order.get(s.state, 2), s.queue_position or 0))
 
+    def estimate(self, cfgs: Sequence[RunConfig], owner: str = "", batch: bool = True) -> Estimate:
+        """How long until the last of these runs would be done if submitted now (by `owner`, as one
+        `submit_many(cfgs, owner, batch)`), from this server's measured speed, its jobs training now and
+        the fair queue ahead (lab/engine/estimate.py). Cheap (no store reads): it runs on every knob change.
+        `.wall_s` is the time, `.text()` a sentence saying it and where it comes from."""
+        keys = [batch_key(c) if batch and self.batch_seeds else None for c in cfgs]
+        mine = group_jobs((owner, c, k if keys.count(k) > 1 else None) for c, k in zip(cfgs, keys))
+        self._probe()
+        with self._cond:
+            running = tuple(self._speed.running(key) for key in self._speed.live)
+            queued = group_jobs((j.owner, j.cfg, j.group) for j in map(self._jobs.get, self._queue) if j.cfg)
+            server = Server(self.max_concurrent, self._speed.n_cores, running, queued, tuple(self._speed.samples),
+                            self._speed.capacity(time.monotonic()))
+        return forecast(server, mine, owner)
+
+    def _probe(self) -> None:
+        """Measure the CPU our jobs can get now, unless measured in the last seconds (lab/engine/estimate.py)."""
+        with self._cond:
+            if not self._speed.needs_probe(time.monotonic()):
+                return
+            running, n_cores = len(self._speed.live), self._speed.n_cores
+        # tens of milliseconds, outside the lock; no more threads than training slots (a big machine's
+        # cores are not all ours to use)
+        capacity = probe_capacity(running, n_cores, threads=self.max_concurrent)
+        with self._cond:
+            self._speed.probed(capacity, time.monotonic())
+
     def wait(self, run_id: str, timeout: float | None = None) -> JobStatus:
         """Block until the run reaches a terminal state; TimeoutError after `timeout` s."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -297,7 +328,11 @@ class JobManager:
                         self._queue.remove(job.run_id)
                 for job in batch:
                     job.state = "running"
+                self._speed.start(batch[0].run_id, batch[0].owner, [cost(j.cfg) for j in batch if j.cfg is not None],
+                                  time.monotonic())
+            self._probe()  # the capacity while it trains, for its sample
             self._run(batch)
+            self._probe()  # and as it leaves the machine, for the next estimates
 
     def _next_queued(self) -> str:
         """Take the next run off the queue, fairly: the oldest queued run of the owner with the fewest
@@ -315,11 +350,14 @@ class JobManager:
     def _run(self, batch: list[_Job]) -> None:
         """Train one job, or a batched group, in this thread or a worker process."""
         jobs = {job.run_id: job for job in batch}
+        head = batch[0].run_id  # the job's measured speed: its first run's records (a group's share its steps)
 
         def seen(run_id: str, rec: Record) -> None:
             if isinstance(rec, StepRecord):
                 with self._cond:
                     jobs[run_id].last_step = rec
+                    if run_id == head:
+                        self._speed.step(head, rec.step, rec.elapsed_s)
 
         ends: dict[str, Outcome] = {}
         try:
@@ -332,6 +370,7 @@ class JobManager:
                 for run_id, job in jobs.items():
                     end = ends.get(run_id, Outcome("failed", "the job's worker stopped unexpectedly"))
                     job.state, job.error = end.state, end.error
+                self._speed.end(head, all(j.state == "completed" for j in batch), time.monotonic())
                 self._forget_old()
                 self._cond.notify_all()
 
