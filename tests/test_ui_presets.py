@@ -20,7 +20,7 @@ from lab.engine.store import RunStore
 from tests.test_jobs import FakeTrainer
 from ui.grid import preview_text
 from ui.knobs import KNOBS, config_from_values
-from ui.presets import card, status
+from ui.presets import status
 
 WAIT_S = 60
 
@@ -99,15 +99,16 @@ def test_preset_status_copes_with_anything_the_browser_sends(setup):
     assert not store.root.exists() or not any(store.root.iterdir())
 
 
-def test_every_preset_card_shows_question_reference_and_wall_time():
-    for p in PRESETS.values():
-        text = card(p)
+def test_every_preset_card_shows_question_reference_and_the_estimate_for_this_server(setup):
+    from ui.common import AppContext
+    from ui.presets import cards
+
+    _, store, jobs, _ = setup
+    for p, text in zip(PRESETS.values(), cards(AppContext(store, jobs))):
         assert p.title in text and p.question in text and p.reference in text
-        assert f"about {p.wall_s:.0f} s" in text  # the measured cost...
-        if len(p.runs) > 1:  # ...and the wait with two runs training at once
-            wait = p.wall_s * -(-len(p.runs) // 2) / len(p.runs)
-            assert ("2-core CPU (two runs at once)" in text
-                    and (f"about {wait:.0f} s" in text or f"about {wait / 60:.1f} min" in text)), text
+        until = "until it is done" if len(p.runs) == 1 else f"until all {len(p.runs)} runs are done"
+        assert "⏱ About" in text and until in text, text  # the wait if clicked now...
+        assert "a first guess: nothing has trained on this server yet" in text, text  # ...and what it rests on
 
 
 GRID = ("PE", "rope, alibi", "seed", "1, 2", "", "")
@@ -128,14 +129,14 @@ def test_grid_launch_submits_exactly_the_grid(setup):
     assert my_runs == ids and prop(tabs, "selected") == "compare" and prop(group, "value") is True
     assert text.startswith("✅ **Launched 4 runs**")
     preview = endpoint(demo, "grid_preview")(*knobs, *GRID)
-    assert preview.startswith("**4 runs**, about") and "2 running at a time" in preview
+    assert preview.startswith("**4 runs.** About") and "until all are done" in preview, preview
     gate.set()
     wait_all(jobs, ids)
 
 
 @pytest.mark.parametrize(("grid", "message"), [
-    (("heads", "2, 3", "", "", "", ""), "grid.heads: heads=3 is invalid: model.d_model: 64 is not divisible"),
-    (("PE", "rope, alibi", "seed", "1, 1", "", ""), "grid.seed: '1' is listed twice"),
+    (("heads", "2, 3", "", "", "", ""), "Grid axis heads: heads=3 is invalid: d_model: 64 is not divisible by Heads"),
+    (("PE", "rope, alibi", "seed", "1, 1", "", ""), "Grid axis seed: '1' is listed twice"),
     (("seed", " ".join(map(str, range(11))), "norm", "pre post none", "", ""), "grid: 11 x 3 = 33 runs"),
 ])
 def test_an_invalid_grid_launches_nothing(setup, grid, message):
@@ -147,5 +148,5 @@ def test_an_invalid_grid_launches_nothing(setup, grid, message):
     assert err.value.message.startswith(message) and "\n" not in err.value.message
     with pytest.raises(gr.Error) as err:  # a bad knob is named as on Start
         endpoint(demo, "grid_launch")(*knob_values(steps=0), "seed", "1, 2", "", "", "", "", [], "u1")
-    assert err.value.message.startswith("train.steps")
+    assert err.value.message.startswith("Steps: 0 is out of range")  # by its label, as the knob reads
     assert not store.root.exists() or not any(store.root.iterdir()), "an invalid grid created a run folder"

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 import gradio as gr
 import pandas as pd
 
-from lab.config import ConfigError
+from lab.config import ConfigError, in_words
 from lab.engine.jobs import JobManager
 from lab.engine.store import RunStore
 
@@ -34,7 +34,10 @@ def errors_as_messages(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except gr.Error:
             raise
-        except (ConfigError, ValueError, KeyError, FileNotFoundError) as exc:
+        except ConfigError as exc:  # the field by its label, as the knob beside it reads
+            what, message = in_words(exc)
+            raise gr.Error(_one_line(ValueError(f"{what}: {message}")), print_exception=False) from None
+        except (ValueError, KeyError, FileNotFoundError) as exc:
             raise gr.Error(_one_line(exc), print_exception=False) from None
         except Exception as exc:  # unexpected: log it for the operator, say it plainly to the user
             log.exception("callback %s failed", fn.__name__)

@@ -13,7 +13,7 @@ from typing import Any
 
 import gradio as gr
 
-from lab.config import ConfigError
+from lab.config import ConfigError, in_words
 from lab.teach.grid import AXES, MAX_AXES, MAX_RUNS, build_grid
 from ui.common import AppContext, errors_as_messages, with_api_params, remember_runs
 from ui.compare import reset_curves, select
@@ -84,7 +84,8 @@ def preview_text(ctx: AppContext, knobs: tuple, pairs: tuple) -> str:
     try:
         cfgs = grid_configs(knobs, pairs)
     except ConfigError as exc:
-        return f"⚠️ **{exc.field}**: {str(exc).split(': ', 1)[1]}"
+        what, why = in_words(exc)  # the axis and fields by their labels, as the knobs read
+        return f"⚠️ **{what}**: {why}"
     n = len(cfgs)
     return f"**{n} run{'s' if n != 1 else ''}.** {ctx.jobs.estimate(cfgs).text(counted=False)}"
 
