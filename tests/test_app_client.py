@@ -12,7 +12,6 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from gradio_client.exceptions import AppError
 
 from tests.test_app import INVALID, INVALID_IDS, LABELS
 
@@ -86,7 +85,8 @@ def test_start_poll_then_compare_and_inspect(client, app_server):
     curves, finals, _, params = compare(client, [run_id])
     assert len(curves) > 10 and curves["run"].nunique() == 1 and run_id[-6:] in curves["run"][0]
     assert finals.loc[0, "state"] == "completed" and finals.loc[0, "steps"] == 150
-    assert params["type"] == "matplotlib" and params["plot"].startswith("data:image")
+    assert params["visible"] is True  # hidden until runs are picked
+    assert params["value"]["type"] == "matplotlib" and params["value"]["plot"].startswith("data:image")
 
     slider = client.predict(run_id, api_name="/snapshot_steps")
     assert slider["maximum"] == 150 and slider["interactive"] is True
@@ -172,8 +172,10 @@ def test_two_runs_back_to_back_both_finish_and_overlay_in_compare(client):
     assert curves["run"].nunique() == 2
     assert all(len(group) > 10 for _, group in curves.groupby("run"))
     assert list(finals["state"]) == ["completed", "completed"]
-    assert set(configs["model.pos"]) == {"learned", "rope"}  # "differences only" keeps the differing column
-    assert "model.d_model" not in configs.columns
+    # "differences only" keeps the differing column, headed by its label in the UI
+    assert set(configs["Positional encoding"]) == {"learned", "rope"}
+    assert "d_model" not in configs.columns and not any(c.startswith("model.") for c in configs.columns)
+    assert set(configs["run"]) == set(finals["run"]) == set(curves["run"])  # one name per run everywhere
 
 
 @pytest.mark.parametrize(("case", "fields"), INVALID, ids=INVALID_IDS)

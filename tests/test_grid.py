@@ -158,11 +158,11 @@ def test_the_live_timer_stays_on_when_a_run_finishes_while_a_tick_reads_it(grid_
         return read(run_id)
 
     monkeypatch.setattr(ctx.store, "metrics", finishing)
-    *views, timer = live_views(ctx, ids, "eval loss", "step", 0.0, True, True)
+    curves, finals, bands, groups, table, timer = live_views(ctx, ids, "eval loss", "step", 0.0, True, True)
     assert timer.active is True and ctx.store.status(ids[0])["state"] == "completed"
-    curves, finals, bands, groups = views
     drawn = pd.DataFrame(curves.value["data"], columns=curves.value["columns"])
-    assert set(drawn["run"]) == set(run_labels(ctx, ids).values()) and len(finals) == 4
+    assert set(drawn["run"]) == set(run_labels(ctx, ids).values()) and len(finals.data) == 4
+    assert set(table["run"]) == set(ids)  # the stored-runs table, refreshed by the same tick
     *_, timer = live_views(ctx, ids, "eval loss", "step", 0.0, True, True)
     assert timer.active is False  # the next tick read every run finished, so it stops
     assert groups.visible and bands.visible
@@ -187,8 +187,8 @@ def test_compare_labels_lead_with_what_differs(grid_store):
     assert all(len(v) <= 25 for v in labels.values())  # vega cuts legend labels at ~160 px
     curves, *_ = compare_frames(ctx, ids, "eval loss", "step", 0.0, True)
     assert set(curves["run"]) == set(labels.values())
-    one = run_labels(ctx, ids[:1])[ids[0]]  # alone: its name, then the id's tail
-    assert one == f"pos=rope seed=1 ({ids[0][-6:]})"
+    one = run_labels(ctx, ids[:1])[ids[0]]  # alone: what it is (the grid's name only restates values)
+    assert one == f"rope pre-LN L1 s1 copy ({ids[0][-6:]})"
     row = {"run_id": "x-abcdef", **flatten(RunConfig())}
     assert short_label(row) == "learned pre-LN L2 s0 reverse (abcdef)"
 

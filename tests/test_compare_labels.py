@@ -1,0 +1,208 @@
+"""Compare's names and views (ui/common.py label_runs, ui/compare.py, ui/compare_views.py), on stored runs
+that are not trained (configs and states only; curves from made-up metrics where needed).
+
+A run is named by what tells it from the runs shown with it: its own name if it has one (presets name
+their runs; the grid's names only restate values, so they read as values), else the config fields that
+differ, labelled as the UI labels them, the same in the picker, the legend, every table and the group
+names. The live timer keeps the stored-runs table in step with the store, and the views of the selection
+until they show the state the store has. The train loss is smoothed by default; nothing on the tab reads
+like code or shows a placeholder before a selection.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+import pytest
+
+from lab.config import RunConfig
+from lab.engine.jobs import JobManager
+from lab.engine.store import RunStore
+from lab.teach.grid import build_grid
+from ui.common import GROUP_CHARS, LEGEND_CHARS, AppContext, curve
+from ui.compare import SMOOTHING, build_compare_tab, export, live_views, shows_live
+from ui.compare_views import FILTER_LABELS, FILTER_PARAMS, choices, compare_frames, group_frames, run_labels
+from ui.knobs import KNOBS, config_from_values
+
+BASE = config_from_values({"task.name": "copy", "task.max_len": 4, "model.d_model": 16, "model.n_heads": 2,
+                           "model.n_layers": 1, "model.d_ff": 32, "train.steps": 12, "train.batch_size": 8})
+
+
+@pytest.fixture
+def ctx(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    yield AppContext(store=store, jobs=JobManager(store, max_concurrent=1))
+    store.close()
+
+
+def add(ctx: AppContext, cfg: RunConfig, state: str = "completed", **fields) -> str:
+    run_id = ctx.store.create(cfg)
+    ctx.store.set_status(run_id, state, **fields)
+    return run_id
+
+
+def change(cfg: RunConfig, name: str = "", **values) -> RunConfig:
+    """`cfg` with flat values changed ({"model.n_layers": 2}) and `name`."""
+    return replace(config_from_values(values, cfg), name=name)
+
+
+def listing(ctx: AppContext) -> pd.DataFrame:
+    return ctx.store.list().set_index("run_id")
+
+
+# ---- names (item 7) -----------------------------------------------------------------------------
+def test_grid_runs_read_as_their_values_and_named_runs_by_their_name(ctx):
+    grid = [add(ctx, c) for c in build_grid(BASE, [("PE", "rope, alibi"), ("seed", "1, 2")])]
+    assert [ctx.store.config(r).name for r in grid[:2]] == ["pos=rope seed=1", "pos=rope seed=2"]
+    labels = run_labels(ctx, grid)
+    assert [labels[r] for r in grid] == [f"{pe} s{s} ({r[-6:]})" for (pe, s), r in
+                                        zip([("rope", 1), ("rope", 2), ("alibi", 1), ("alibi", 2)], grid)]
+    alone = run_labels(ctx, grid[:1])[grid[0]]  # alone: what the run is, not "pos=rope seed=1"
+    assert "=" not in alone and alone.startswith("rope pre-LN L1 s1") and alone.endswith(f"({grid[0][-6:]})")
+
+    # a preset's runs keep their names ("1 layer" in the picker is "1 layer" in the legend), beside a run
+    # without a name, which reads as what differs from them
+    one = add(ctx, change(BASE, "1 layer"))
+    two = add(ctx, change(BASE, "2 layers", **{"model.n_layers": 2}))
+    plain = add(ctx, change(BASE, **{"model.n_layers": 3}))
+    labels = run_labels(ctx, [one, two, plain])
+    assert labels == {one: f"1 layer ({one[-6:]})", two: f"2 layers ({two[-6:]})", plain: f"L3 ({plain[-6:]})"}
+    twice = add(ctx, change(BASE, "1 layer", **{"train.seed": 7}))  # one preset run twice: its name and the seed
+    assert run_labels(ctx, [one, twice]) == {one: f"1 layer s0 ({one[-6:]})", twice: f"1 layer s7 ({twice[-6:]})"}
+
+
+def test_labels_lead_with_what_tells_runs_apart_and_read_like_the_ui(ctx):
+    # an induction-like run against a copy run: a dozen fields differ; the task tells them apart
+    other = change(BASE, **{"task.name": "induction", "task.min_len": 32, "task.max_len": 32, "task.n_symbols": 64,
+                            "model.d_ff": 0, "model.n_layers": 2, "model.d_model": 64, "train.lr": 0.001})
+    a, b = add(ctx, BASE), add(ctx, other)
+    labels = run_labels(ctx, [a, b])
+    assert labels[a].startswith("copy ") and labels[b].startswith("induction ")
+    assert all(len(v) <= LEGEND_CHARS and "=" not in v for v in labels.values()), labels
+    # fields outside the short forms are named by their label in the UI
+    lr, warm = add(ctx, change(BASE, **{"train.lr": 0.01})), add(ctx, change(BASE, **{"train.warmup": 0}))
+    labels = run_labels(ctx, [a, lr, warm])
+    assert labels[lr].startswith("learning rate 0.01 ") and "warmup steps 0" in labels[warm], labels
+    assert not any(code in v for v in labels.values() for code in ("=", "lr ", "warmup=", "_")), labels
+
+
+def test_the_picker_names_picked_runs_as_the_curves_and_tables_do(ctx):
+    ids = [add(ctx, c) for c in build_grid(BASE, [("PE", "rope, alibi"), ("seed", "1, 2")])]
+    ids.append(add(ctx, change(BASE, "my run", **{"model.pos": "none"})))
+    picked = ids[1:]
+    labels = run_labels(ctx, picked)
+    offered = {r: text for text, r in choices(ctx.store.list(), picked)}
+    assert {r: offered[r] for r in picked} == labels  # the picker's tokens are the legend's names
+    assert offered[ids[0]].endswith(f"({ids[0][-6:]})") and "=" not in offered[ids[0]]  # not picked: in full
+    curves, finals, configs, _ = compare_frames(ctx, picked, "train loss", "step", 0.0, True, with_params=False)
+    assert set(curves["run"]) == set(finals["run"]) == set(configs["run"]) == set(labels.values())
+    hidden = choices(ctx.store.list().iloc[:1], picked, ctx.store.list())  # a filter hides the picked runs
+    assert [r for _, r in hidden][:len(picked)] == picked and {r: t for t, r in hidden}[ids[1]] == labels[ids[1]]
+
+
+def test_group_names_read_like_their_runs_without_the_seed(ctx):
+    grid = [add(ctx, c) for c in build_grid(BASE, [("PE", "rope, alibi"), ("norm", "pre, post"), ("seed", "1, 2")])]
+    _, table = group_frames(ctx, grid, "train loss", "step", 0.0)
+    assert list(table["group"]) == ["rope pre-LN (2 seeds)", "rope post-LN (2 seeds)", "alibi pre-LN (2 seeds)",
+                                    "alibi post-LN (2 seeds)"]
+    assert list(table["seeds"]) == ["1, 2"] * 4
+    # named repeats (one preset run with two seeds) keep the name; runs that differ in a dozen fields get a
+    # name that tells the groups apart in words, not "learned h2 L2 d64 d_ff=0 n_ctx=63 i…"
+    sort = [add(ctx, change(BASE, "sort", **{"task.name": "sort", "train.seed": s})) for s in (2, 1)]
+    far = add(ctx, change(BASE, **{"task.name": "induction", "task.min_len": 32, "task.max_len": 32,
+                                   "model.d_ff": 0, "model.n_heads": 4, "model.d_model": 64, "train.lr": 0.001}))
+    _, table = group_frames(ctx, [*sort, far, grid[0]], "train loss", "step", 0.0)
+    names = list(table["group"])
+    assert names[0] == "sort (2 seeds)" and table["seeds"].iloc[0] == "1, 2"
+    assert names[1].startswith("induction ") and names[2].startswith("copy "), names
+    assert all("=" not in n and len(n) <= GROUP_CHARS + len(" (2 seeds)") for n in names), names
+
+
+# ---- smoothing (item 7) -------------------------------------------------------------------------
+def test_the_train_loss_is_smoothed_by_default_and_held_out_curves_never():
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, 401)
+    loss = 2.5 * np.exp(-steps / 100) + rng.normal(0, 0.3, len(steps)).clip(-0.5)  # batches of varying length
+    metrics = pd.DataFrame({"kind": "train", "step": steps, "loss": loss, "elapsed_s": steps / 10.0,
+                            "tokens": steps * 100})
+    raw, smooth = curve(metrics, "train loss"), curve(metrics, "train loss", smoothing=SMOOTHING)
+    assert SMOOTHING >= 0.8
+    assert smooth["value"].diff().std() < 0.2 * raw["value"].diff().std()  # not a wall of noise
+    evals = metrics.iloc[::50].assign(kind="eval")
+    np.testing.assert_array_equal(curve(evals, "eval loss", smoothing=SMOOTHING)["value"], evals["loss"])
+
+    with gr.Blocks():
+        tab = build_compare_tab(AppContext(store=None, jobs=None))  # the widgets only: nothing is read
+    found = {c.elem_id: c for c in _components(tab.tab)}
+    assert found["compare-smoothing"].value == SMOOTHING and tab.metric.value == "train loss"
+
+
+def _components(block) -> list:
+    out = []
+    for child in getattr(block, "children", []):
+        out += [child, *_components(child)]
+    return out
+
+
+# ---- labels and empty states (items 6 and 10) ---------------------------------------------------
+def test_compare_reads_like_the_ui_and_shows_no_placeholder(ctx):
+    knob_labels = {k.key: k.label for k in KNOBS}
+    assert FILTER_LABELS == {key: knob_labels[key] for key in FILTER_LABELS}  # "Task", not "name" or "task"
+    assert set(FILTER_LABELS.values()) == {"Task", "Architecture", "Positional encoding", "LayerNorm placement"}
+    assert FILTER_PARAMS == ["task", "arch", "pos", "norm"]
+    a, b = add(ctx, BASE), add(ctx, change(BASE, **{"model.pos": "rope", "train.seed": 3}))
+    _, finals, configs, _ = compare_frames(ctx, [a, b], "train loss", "step", 0.0, True, with_params=False)
+    assert list(configs.columns) == ["run", "Positional encoding", "Seed"]  # labels, not model.pos
+    assert not any("." in c or c.endswith(" s") for c in [*finals.columns, *configs.columns]), finals.columns
+
+    with gr.Blocks():
+        tab = build_compare_tab(ctx)
+    found = {c.elem_id: c for c in _components(tab.tab)}
+    headers = found["compare-finals"].value["headers"]  # before a selection: the real headers, not 1 2 3
+    assert headers[:2] == ["run", "state"] and found["compare-configs"].value["headers"] == ["run"]
+    assert not found["compare-files"].visible and not found["compare-params"].visible  # no empty boxes
+    files = export(ctx, [a], "train loss", "step", 0.0)
+    assert files.visible is True and len(files.value) == 4
+
+
+# ---- the live timer (item 2) --------------------------------------------------------------------
+def test_a_tick_refreshes_the_stored_runs_table_while_a_listed_run_is_live(ctx):
+    done, live = add(ctx, BASE), add(ctx, change(BASE, **{"model.pos": "rope"}), "running")
+    *views, table, timer = live_views(ctx, [], "train loss", "step", 0.0, True, True, [None] * 4, redraw=False)
+    states = dict(zip(table["run"], table["state"]))
+    assert states == {done: "completed", live: "running"} and timer.active is True  # nothing picked: still on
+    assert all(v == gr.skip() for v in views)  # nothing picked and nothing shown live: nothing redrawn
+    *_, table, timer = live_views(ctx, [], "train loss", "step", 0.0, True, True, [["sort"], None, None, None],
+                                  redraw=False)
+    assert table.empty and timer.active is False  # the filter hides the live run: the table shows none live
+    with pytest.raises(ValueError, match="run_id"):  # an id that is not a run is refused, redrawn or not
+        live_views(ctx, ["../outside"], "train loss", "step", 0.0, True, True, [None] * 4, redraw=False)
+    ctx.store.set_status(live, "completed")
+    *_, table, timer = live_views(ctx, [], "train loss", "step", 0.0, True, True, [None] * 4, redraw=False)
+    assert dict(zip(table["run"], table["state"]))[live] == "completed" and timer.active is False
+
+
+def table_of(component: gr.Dataframe) -> pd.DataFrame:
+    """A table component's value as the page holds it."""
+    return pd.DataFrame(component.value["data"], columns=component.value["headers"])
+
+
+def test_a_tick_redraws_the_selection_until_the_page_shows_what_the_store_has(ctx):
+    a, b = add(ctx, BASE, "running"), add(ctx, change(BASE, **{"train.seed": 1}))
+    _, finals, _, groups, _, timer = live_views(ctx, [a, b], "train loss", "step", 0.0, True, True)
+    shown = pd.DataFrame(finals.data)  # the page now shows a as running
+    assert list(shown["state"]) == ["running", "completed"] and timer.active is True
+    assert shows_live(shown) and groups.visible and shows_live(table_of(groups))
+    ctx.store.set_status(a, "completed")
+    # the page still shows "running": the tick redraws, though no selected run is live any more
+    _, finals, _, groups, table, timer = live_views(ctx, [a, b], "train loss", "step", 0.0, True, True,
+                                                    redraw=shows_live(shown))
+    assert list(pd.DataFrame(finals.data)["state"]) == ["completed"] * 2 and timer.active is False
+    assert set(table["state"]) == {"completed"} and list(table_of(groups)["finished"]) == [2]
+    assert not shows_live(pd.DataFrame(finals.data), table_of(groups))
+    # the page shows what the store has and nothing is live: the next tick redraws nothing and stops
+    *views, _, timer = live_views(ctx, [a, b], "train loss", "step", 0.0, True, True,
+                                  redraw=shows_live(pd.DataFrame(finals.data), table_of(groups)))
+    assert all(v == gr.skip() for v in views) and timer.active is False
