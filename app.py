@@ -12,6 +12,7 @@ from typing import Optional
 
 import gradio as gr
 
+from lab.engine.environment import default_queue_size, detect
 from lab.engine.jobs import SPARE_DELAY_S, JobManager
 from lab.engine.limits import Limits
 from lab.engine.store import RunStore
@@ -64,7 +65,8 @@ def build_demo(store: Optional[RunStore] = None, jobs: Optional[JobManager] = No
         demo.load(train.on_load, inputs=train.load_inputs, outputs=train.load_outputs, api_name="load")
         demo.load(presets.on_load, inputs=presets.last, outputs=[presets.status, compare.note, presets.timer],
                   api_name="load_presets")
-    demo.queue(default_concurrency_limit=8)
+    # an explicit size: on ZeroGPU Gradio would take max_size=1 and refuse a class ("Queue is full")
+    demo.queue(default_concurrency_limit=8, max_size=default_queue_size())
     demo.lab_context = ctx  # for tests and the launcher; not read by callbacks
     return demo
 
@@ -84,6 +86,7 @@ def main() -> None:
     store = RunStore()
     store.sweep()  # temp files and half-written folders a crashed server left behind
     store.recover()  # runs whose process died (a crashed server) are recorded as interrupted
+    print(f"Running on {detect().describe()}", flush=True)  # slots, threads, batching, queue: one line
     jobs = JobManager(store, limits=limits)
     jobs.warm_up(SPARE_DELAY_S)  # one worker process per training slot, started once the page is up
     demo = build_demo(store, jobs)

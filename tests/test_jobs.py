@@ -1,7 +1,6 @@
 """Background jobs: queue, concurrency cap, stop, failures, and record_run's bookkeeping."""
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -13,6 +12,7 @@ import pytest
 import torch
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from lab.engine.environment import detect
 from lab.engine.jobs import JobManager, JobStatus
 from lab.engine.record import record_run
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
@@ -139,7 +139,7 @@ def test_submit_returns_at_once_and_queue_positions(store):
     final = [jm.wait(r, timeout=WAIT) for r in ids]
     assert [s.state for s in final] == ["completed"] * 3 and fake.peak == 1
     assert [c["name"] for c in fake.calls] == ["r0", "r1", "r2"]  # FIFO
-    assert {c["threads"] for c in fake.calls} == {os.cpu_count()}
+    assert {c["threads"] for c in fake.calls} == {detect().cpus}  # every usable CPU, not the host's count
     done = jm.status(ids[0])
     assert (done.step, done.total_steps, done.last_loss, done.queue_position, done.eta_s) == (20, 20, 0.05, None, None)
     jm.shutdown(wait=True)

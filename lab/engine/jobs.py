@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -20,7 +19,7 @@ from typing import Any, Callable, Sequence
 from lab.batched import batch_key
 from lab.config import RunConfig
 from lab.engine.cost import cost
-from lab.engine.environment import MODES, batch_seeds_default, default_max_concurrent, default_mode
+from lab.engine.environment import MODES, batch_seeds_default, default_max_concurrent, default_mode, default_threads
 from lab.engine.estimate import Estimate, Server, SpeedLog, forecast, group_jobs, probe_capacity
 from lab.engine.limits import Limits, check_admission
 from lab.engine.pool import WorkerPool
@@ -110,7 +109,7 @@ class JobManager:
         get one each; a lone worker uses the config's choice or every core."""
         if self.max_concurrent >= 2:
             return 1
-        return cfg.train.threads or os.cpu_count() or 1
+        return cfg.train.threads or default_threads()
 
     # ---- commands -----------------------------------------------------------------
     def submit(self, cfg: RunConfig, owner: str = "") -> str:
