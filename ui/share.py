@@ -42,7 +42,8 @@ def build_share_panel(widgets: dict[str, gr.components.Component], max_bytes: in
         hidden = [hidden] if isinstance(hidden, str) else list(hidden or ())
         bad = [h for h in hidden if h not in names]
         if bad:
-            raise ConfigError("hide", f"{bad[0]!r} is not a control (allowed: {', '.join(names)})")
+            # the API's parameter and the url keys it takes, as the caller wrote them (not renamed to labels)
+            raise ValueError(f"hide: {bad[0]!r} is not a control (allowed: {', '.join(names)})")
         return query_string(cfg, tuple(hidden))
 
     names = [k.url_key for k in KNOBS]
