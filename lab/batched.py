@@ -14,6 +14,9 @@ trained alone. What makes each run indistinguishable from its solo twin:
   - the loop is the trainer's own (`lab.trainer.fit`): eval, attention snapshots, logging and stopping
     run on a plain model loaded with the run's slice; only the step (`BatchedStepper`) differs.
 Results match solo training to float32 round-off (tests/test_batched.py), not bit for bit.
+Each member run's checkpoint (`state`) is the per-run format of lab/checkpoint.py: its slice of the
+weights and AdamW moments, its step count and its batch source, so any member can be continued alone
+(by the solo trainer; it then goes on in fused AdamW's round-off, not this one's).
 Limits: decoder-only and no dropout (per-run dropout masks cannot match the solo runs), one device.
 """
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch
 from torch import Tensor
 from torch.func import functional_call, vmap
 
+from lab.checkpoint import Checkpoint, RunState
 from lab.config import RunConfig
 from lab.records import Record
 from lab.tasks import IGNORE_INDEX, Batch
@@ -66,13 +70,14 @@ class BatchedStepper:
         self.params = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in self.models]).requires_grad_()
                        for n in names}  # name -> (k, *shape)
         self.buffers = dict(self.shell.named_buffers())
-        self.state = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in self.params.items()}  # AdamW m, v
+        self.moments = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in self.params.items()}  # AdamW m, v
         self.wd = {n: (tc0.weight_decay if _decays(n, p.dim() - 1) else 0.0) for n, p in self.params.items()}
         self.sources = [batch_source(c, device) for c in cfgs]  # each run's own batches, as it would get alone
         self.clip = tc0.grad_clip if tc0.grad_clip > 0 else float("inf")
         self.betas = (tc0.beta1, tc0.beta2)
         self.amp = autocast(device)
         self.live = list(range(len(cfgs)))  # runs still training, in stack order
+        self.steps_done = 0
 
     def _loss(self, p: dict[str, Tensor], inp: Tensor, tgt: Tensor) -> Tensor:
         return functional_call(self.shell, (p, self.buffers), (inp, None, tgt),
@@ -92,7 +97,8 @@ class BatchedStepper:
         losses.sum().backward()  # slices are independent: each gets its own run's gradient
         lr_t = torch.tensor(lrs)  # (k,); on CUDA a pinned, asynchronous copy: no host sync per step
         lr_t = lr_t.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else lr_t
-        norms = _adamw_step(self.params, self.state, self.wd, lr_t, step + 1, *self.betas, self.clip)
+        norms = _adamw_step(self.params, self.moments, self.wd, lr_t, step + 1, *self.betas, self.clip)
+        self.steps_done = step + 1
         return lrs, losses, norms, [b.inp.numel() for b in batches]
 
     def model(self, j: int) -> torch.nn.Module:
@@ -103,10 +109,22 @@ class BatchedStepper:
                 p.copy_(self.params[n][j])
         return m
 
+    def state(self, j: int) -> RunState:
+        """Live run j's checkpoint state in the solo format: its slices of the stacked parameters and
+        moments (AdamW's step count as torch keeps it: a float32 scalar), its model's buffers, its batches."""
+        m = self.model(j)
+        step = torch.tensor(float(self.steps_done), dtype=torch.float32)
+        moments = {n: (mv[0][j].detach().cpu().clone(), mv[1][j].detach().cpu().clone())
+                   for n, mv in self.moments.items()}
+        src = self.sources[self.live[j]]
+        return RunState({k: v.detach().cpu().clone() for k, v in m.state_dict().items()},
+                        {n: mv[0] for n, mv in moments.items()}, {n: mv[1] for n, mv in moments.items()},
+                        {n: step.clone() for n in moments}, src.state(), src.kind)
+
     def keep(self, kept: list[int]) -> None:
         idx = torch.tensor(kept, device=self.device)
         self.params = {n: p.detach()[idx].requires_grad_() for n, p in self.params.items()}
-        self.state = {n: (m[idx], v[idx]) for n, (m, v) in self.state.items()}
+        self.moments = {n: (m[idx], v[idx]) for n, (m, v) in self.moments.items()}
         self.live = [self.live[j] for j in kept]
 
 
@@ -115,9 +133,12 @@ def train_batched(
     on_record: Optional[list[Callable[[Record], None]]] = None,
     should_stop: Optional[list[Callable[[], bool]]] = None,
     threads: Optional[int] = None,
+    on_checkpoint: Optional[list[Callable[[Checkpoint], None]]] = None,
+    stop_at: Optional[int] = None,
 ) -> list[TrainResult]:
     """Train k runs whose configs share a `batch_key` as one batched model (the trainer's own loop);
-    returns one TrainResult per run, in order, as each would have trained alone."""
+    returns one TrainResult per run, in order, as each would have trained alone. `on_checkpoint[i]` gets
+    run i's checkpoints (the solo format), `stop_at` stops them all at that step."""
     keys = {batch_key(c) for c in cfgs}
     if None in keys or len(keys) != 1:
         raise ValueError("configs: batched runs must be decoder-only, without dropout, and differ only in "
@@ -129,7 +150,8 @@ def train_batched(
     stepper = BatchedStepper(list(cfgs), device)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*batching rule.*")  # CPU SDPA: vmap falls back to a loop
-        return fit(cfgs, stepper, device, on_record or [lambda r: None] * k, should_stop or [lambda: False] * k)
+        return fit(cfgs, stepper, device, on_record or [lambda r: None] * k, should_stop or [lambda: False] * k,
+                   on_checkpoint, None, stop_at)
 
 
 @torch.no_grad()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Callable, Optional
+from typing import Optional, Sequence
 
 import torch
 
@@ -65,20 +65,46 @@ def device_eval_batches(cfg: RunConfig, device: torch.device) -> dict[str, list[
             for s in ("eval", "ood")}
 
 
-def batch_source(cfg: RunConfig, device: torch.device, on_device: Optional[bool] = None) -> Callable[[], Batch]:
-    """The run's training batches, made where the model trains. On CUDA (`on_device`) the tokens come
-    from a generator on the GPU and only each batch's length (one integer) from a CPU generator, so no
-    step waits for a host-to-device copy or a sync. Elsewhere one CPU generator makes everything (the
-    streams a CPU run has always used; MPS gets them by copy)."""
-    task, tc, arch = get_task(cfg.task.name), cfg.train, cfg.model.arch
-    if not (device.type == "cuda" if on_device is None else on_device):
-        gen = torch.Generator().manual_seed(tc.seed)
-        return lambda: to_device(task.batch(cfg.task, arch, tc.batch_size, gen), device)
-    lengths = torch.Generator().manual_seed(tc.seed)
-    tokens = torch.Generator(device).manual_seed(tc.seed)
-    lo, hi = cfg.task.min_len, cfg.task.max_len
+class BatchSource:
+    """The run's training batches, made where the model trains; call it for the next batch. On CUDA
+    (`on_device`) the tokens come from a generator on the GPU and only each batch's length (one integer)
+    from a CPU generator, so no step waits for a host-to-device copy or a sync. Elsewhere one CPU
+    generator makes everything (the streams a CPU run has always used; MPS gets them by copy).
+    The generators' states are the data stream's position: `state()` and `restore()` carry it across
+    a checkpoint (lab/checkpoint.py)."""
 
-    def draw() -> Batch:
-        length = int(torch.randint(lo, hi + 1, (1,), generator=lengths))
-        return task.batch(cfg.task, arch, tc.batch_size, tokens, length)
-    return draw
+    def __init__(self, cfg: RunConfig, device: torch.device, on_device: Optional[bool] = None) -> None:
+        self.task, self.cfg, self.device = get_task(cfg.task.name), cfg, device
+        self.kind = "cuda" if (device.type == "cuda" if on_device is None else on_device) else "cpu"
+        seed = cfg.train.seed
+        self.gens: tuple[torch.Generator, ...] = (
+            (torch.Generator().manual_seed(seed),) if self.kind == "cpu"
+            else (torch.Generator().manual_seed(seed), torch.Generator(device).manual_seed(seed)))  # lengths, tokens
+
+    def __call__(self) -> Batch:
+        cfg, tc = self.cfg, self.cfg.train
+        if self.kind == "cpu":
+            return to_device(self.task.batch(cfg.task, cfg.model.arch, tc.batch_size, self.gens[0]), self.device)
+        length = int(torch.randint(cfg.task.min_len, cfg.task.max_len + 1, (1,), generator=self.gens[0]))
+        return self.task.batch(cfg.task, cfg.model.arch, tc.batch_size, self.gens[1], length)
+
+    def state(self) -> tuple[torch.Tensor, ...]:
+        """Each generator's state (uint8 CPU tensors), in order: where the data stream stands."""
+        return tuple(g.get_state() for g in self.gens)
+
+    def restore(self, kind: str, states: Sequence[torch.Tensor], step: int) -> bool:
+        """Put the stream back where `state()` found it (True). A state saved by the other kind of source
+        (a CUDA run continued on the CPU, or back) cannot be replayed here: the stream is then reseeded
+        from the seed and `step`, a sensible continuation but not the same batches (False)."""
+        if kind == self.kind and len(states) == len(self.gens):
+            for g, s in zip(self.gens, states):
+                g.set_state(s)
+            return True
+        for g in self.gens:
+            g.manual_seed(self.cfg.train.seed + 1_000_033 * (step + 1))
+        return False
+
+
+def batch_source(cfg: RunConfig, device: torch.device, on_device: Optional[bool] = None) -> BatchSource:
+    """The run's training batches (see BatchSource)."""
+    return BatchSource(cfg, device, on_device)

@@ -7,6 +7,10 @@ initialised from a forked global RNG seeded with `train.seed`, the data come fro
 `torch.Generator`, and dropout masks from the global RNG seeded with `train.seed` at the start, so
 two runs with one config give the same numbers on the same device (with dropout, when no other
 run trains in the same process at the same time: the app's worker processes run one at a time).
+Checkpoints (lab/checkpoint.py) are taken at evaluation points and when a run stops or ends, if asked for
+(`on_checkpoint`); `train(cfg, resume=checkpoint)` goes on from one, bit for bit on the same device and
+thread count. A continuation to a larger `train.steps` follows the new total's learning-rate schedule,
+logging interval and snapshot steps for its remaining steps (see `fit`).
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lab.checkpoint import Checkpoint, RunState, capture, restore
 from lab.config import RunConfig, TrainConfig
 from lab.device import autocast, batch_source, device_eval_batches, resolve_device, set_threads
 from lab.model import Transformer
@@ -146,13 +151,28 @@ class Stepper(Protocol):
     def keep(self, kept: list[int]) -> None:
         """Drop the live runs not listed (`kept`: indices into the live runs, in order)."""
 
+    def state(self, j: int) -> RunState:
+        """Live run j's weights, optimiser state and random streams, as CPU copies (for a checkpoint)."""
+
 
 def fit(cfgs: Sequence[RunConfig], stepper: Stepper, device: torch.device,
-        on_record: Sequence[Callable[[Record], None]], should_stop: Sequence[Callable[[], bool]]) -> list[TrainResult]:
+        on_record: Sequence[Callable[[Record], None]], should_stop: Sequence[Callable[[], bool]],
+        on_checkpoint: Optional[Sequence[Callable[[Checkpoint], None]]] = None,
+        start: Optional[Checkpoint] = None, stop_at: Optional[int] = None) -> list[TrainResult]:
     """Train runs that share a step count, eval data and schedule length until each ends or is stopped.
     Every run gets its own records, in the order one run alone would emit them; a stopped run ends with
-    metrics and attention at the step it reached."""
+    metrics and attention at the step it reached. `on_checkpoint[i]`, if given, gets run i's checkpoint at
+    each evaluation point and when it stops or ends. `stop_at` stops every run when it reaches that step,
+    as a stop request would.
+
+    `start` (one run, its stepper already restored from it) goes on from a checkpoint's step with its
+    counters. The schedule is the config's: a larger `train.steps` than the checkpoint's run had gives the
+    remaining steps the new total's learning rates (lr_at), logging interval and snapshot steps (those
+    after the checkpoint); with the same total the continuation is the uninterrupted run's remainder."""
     k, tc = len(cfgs), cfgs[0].train
+    if start is not None and (k != 1 or start.step > tc.steps):
+        raise ValueError(f"start: a checkpoint continues one run up to train.steps (got {k} runs, checkpoint "
+                         f"at step {start.step}, train.steps {tc.steps})")
     evals = device_eval_batches(cfgs[0], device)  # batched runs share their task, so their eval data
     snaps = snapshot_steps(tc)
     log_every = max(1, tc.steps // MAX_LOGGED_STEPS)
@@ -161,7 +181,10 @@ def fit(cfgs: Sequence[RunConfig], stepper: Stepper, device: torch.device,
     last_eval: list[Optional[EvalRecord]] = [None] * k
     window = [(0.0, 0)] * k  # (time, tokens) at each run's last train record, for recent throughput
     results: dict[int, TrainResult] = {}
-    t0 = time.perf_counter()
+    if start is not None:
+        tokens[0], loss_val[0], last_eval[0] = start.tokens, start.train_loss, start.last_eval
+        window[0] = (start.elapsed_s, start.tokens)
+    t0 = time.perf_counter() - (start.elapsed_s if start is not None else 0.0)
 
     def do_eval(j: int, step: int) -> None:
         i, model = live[j], stepper.model(j)
@@ -173,24 +196,35 @@ def fit(cfgs: Sequence[RunConfig], stepper: Stepper, device: torch.device,
     def snapshot(j: int, step: int) -> None:
         on_record[live[j]](SnapshotRecord(step, probe_attention(stepper.model(j), cfgs[live[j]], device)))
 
+    def checkpoint(j: int, step: int, stop_eval: bool = False, stop_snapshot: bool = False) -> None:
+        if on_checkpoint is not None:
+            i = live[j]
+            on_checkpoint[i](Checkpoint(step, tokens[i], time.perf_counter() - t0, loss_val[i],
+                                        None if stop_eval else last_eval[i], stepper.state(j), stop_eval,
+                                        stop_snapshot))
+
     def finish(j: int, step: int, stopped: bool) -> None:
         i = live[j]
+        stop_eval = stop_snapshot = False
         if stopped and step > 0:
             if last_eval[i] is None or last_eval[i].step != step:
                 do_eval(j, step)
+                stop_eval = True
             if step not in snaps:  # (at most one snapshot per step)
                 snapshot(j, step)
+                stop_snapshot = True
+        checkpoint(j, step, stop_eval, stop_snapshot)
         model, wall = stepper.model(j), time.perf_counter() - t0
         results[i] = TrainResult(step, stopped, wall, str(device), model.num_params(), tokens[i] / max(wall, 1e-9),
                                  loss_val[i], last_eval[i],
                                  {n: v.detach().cpu().clone() for n, v in model.state_dict().items()})
 
-    if 0 in snaps:
+    step = 0 if start is None else start.step
+    if 0 in snaps and step == 0:
         for j in range(k):
             snapshot(j, 0)
-    step = 0
     while step < tc.steps:
-        halted = [j for j, i in enumerate(live) if should_stop[i]()]
+        halted = [j for j, i in enumerate(live) if should_stop[i]() or step == stop_at]
         if halted:
             for j in halted:
                 finish(j, step, True)
@@ -218,6 +252,9 @@ def fit(cfgs: Sequence[RunConfig], stepper: Stepper, device: torch.device,
         if step in snaps:
             for j in range(len(live)):
                 snapshot(j, step)
+        if step % tc.eval_every == 0 and not last:  # (the last step's comes with the end of the run)
+            for j in range(len(live)):
+                checkpoint(j, step)
     for j in range(len(live)):
         finish(j, step, False)
     return [results[i] for i in range(k)]
@@ -230,7 +267,8 @@ class SoloStepper:
         tc = cfg.train
         self.tc, self.net = tc, build_model(cfg, device)
         self.net.train()
-        if cfg.model.dropout > 0:  # dropout masks come from the global generator: seed it per run, so a
+        self.device, self.dropout = device, cfg.model.dropout > 0
+        if self.dropout:  # dropout masks come from the global generator: seed it per run, so a
             torch.manual_seed(tc.seed)  # worker process (one run at a time, job after job) repeats a run exactly
         self.opt = make_optimizer(self.net, tc)
         self.next_batch = batch_source(cfg, device)
@@ -254,16 +292,32 @@ class SoloStepper:
     def keep(self, kept: list[int]) -> None:
         """Nothing to drop: a stopped run alone ends the loop."""
 
+    def state(self, j: int) -> RunState:
+        return capture(self.net, self.opt, self.next_batch, self.dropout, self.device)
+
+    def restore(self, state: RunState, step: int) -> None:
+        """Go on from a checkpoint's state at `step` (before the first step; lab/checkpoint.py)."""
+        restore(state, step, self.net, self.opt, self.next_batch, self.dropout, self.device)
+
 
 def train(
     cfg: RunConfig,
     on_record: Optional[Callable[[Record], None]] = None,
     should_stop: Optional[Callable[[], bool]] = None,
     threads: Optional[int] = None,
+    *,
+    on_checkpoint: Optional[Callable[[Checkpoint], None]] = None,
+    resume: Optional[Checkpoint] = None,
+    stop_at: Optional[int] = None,
 ) -> TrainResult:
-    """Train a model for `cfg.train.steps` steps (or until `should_stop()` returns True)."""
+    """Train a model for `cfg.train.steps` steps (or until `should_stop()` returns True, or step `stop_at`).
+    `on_checkpoint` gets its checkpoints (lab/checkpoint.py); `resume` goes on from one (see `fit` for the
+    schedule of a continuation to a larger total)."""
     device = resolve_device(cfg.train.device)
     if device.type == "cpu":
         set_threads(threads or cfg.train.threads or os.cpu_count() or 1)
     stepper = SoloStepper(cfg, device)
-    return fit([cfg], stepper, device, [on_record or (lambda r: None)], [should_stop or (lambda: False)])[0]
+    if resume is not None:
+        stepper.restore(resume.state, resume.step)
+    return fit([cfg], stepper, device, [on_record or (lambda r: None)], [should_stop or (lambda: False)],
+               None if on_checkpoint is None else [on_checkpoint], resume, stop_at)[0]
