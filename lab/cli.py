@@ -1,4 +1,8 @@
-"""Command line: `python -m lab train|list|show`.
+"""Command line: `python -m lab train|resume|list|show`.
+
+`train ... --stop-at K` stops the run at step K of its schedule as a Stop click would (status stopped, its
+checkpoint written); `resume RUN_ID [--steps N]` continues a stored run from its checkpoint in its own
+folder, to its config's steps or to N in all (lab/engine/continuation.py).
 
 Progress goes to stderr; with --json, stdout carries exactly one JSON object. A bad flag value
 exits with status 2 and one line naming the field, before any run folder is created.
@@ -54,6 +58,16 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--name", default=None, help="a label for the run")
     t.add_argument("--runs-dir", help="run store folder (default: $LAB_RUNS_DIR or runs/)")
     t.add_argument("--json", action="store_true", help="print one JSON object with the result on stdout")
+    t.add_argument("--stop-at", type=int, default=None, metavar="K",
+                   help="stop at step K of the schedule, as a Stop click would (the run can be resumed)")
+    r = sub.add_parser("resume", help="continue a stored run from its checkpoint, in its own folder")
+    r.add_argument("run_id")
+    r.add_argument("--steps", type=int, default=None, metavar="N",
+                   help="train to N steps in all (default: the run's own Steps); the learning-rate schedule and "
+                   "the attention snapshots of the remaining steps follow the new total")
+    r.add_argument("--stop-at", type=int, default=None, metavar="K", help="stop at step K, as in train")
+    r.add_argument("--runs-dir", help="run store folder (default: $LAB_RUNS_DIR or runs/)")
+    r.add_argument("--json", action="store_true", help="print one JSON object with the result on stdout")
     ls = sub.add_parser("list", help="list stored runs")
     ls.add_argument("--runs-dir")
     ls.add_argument("--json", action="store_true")
@@ -97,8 +111,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 class Progress:
     """A progress bar with steps/s and time left on stderr (a line per ~10% when not a terminal)."""
 
-    def __init__(self, total: int, out: TextIO = sys.stderr) -> None:
-        self.total, self.out, self.t0 = total, out, time.perf_counter()
+    def __init__(self, total: int, out: TextIO = sys.stderr, start: int = 0) -> None:
+        self.total, self.out, self.t0, self.start = total, out, time.perf_counter(), start
         self.tty = out.isatty()
         self.next_line = 0.0
 
@@ -109,7 +123,7 @@ class Progress:
         if not self.tty and frac < self.next_line and rec.step != self.total:
             return
         self.next_line = math.floor(frac * 10 + 1) / 10
-        rate = rec.step / max(time.perf_counter() - self.t0, 1e-9)
+        rate = (rec.step - self.start) / max(time.perf_counter() - self.t0, 1e-9)
         eta = (self.total - rec.step) / max(rate, 1e-9)
         bar = "#" * int(frac * 30)
         line = (f"[{bar:<30}] {rec.step}/{self.total}  loss {rec.loss:.4f}  {rate:.0f} steps/s  "
@@ -146,17 +160,40 @@ def open_store(runs_dir: Optional[str]):
     return store
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from lab.engine.record import record_run, summary_of
+def check_stop_at(stop_at: Optional[int], reached: int = 0) -> None:
+    if stop_at is not None and stop_at <= reached:
+        raise ConfigError("--stop-at", f"{stop_at} is not after step {reached} (allowed: more than {reached})")
 
+
+def cmd_train(args: argparse.Namespace) -> int:
     cfg = config_from_args(args)  # validates before anything touches the store
     check_device(cfg.train.device)
+    check_stop_at(args.stop_at)
     store = open_store(args.runs_dir)
     run_id = store.create(cfg, owner="cli")
+    return _train_and_report(store, run_id, cfg.train.steps, args)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from lab.engine import continuation
+
+    store = open_store(args.runs_dir)
+    plan = continuation.plan(store, args.run_id, args.steps)  # checks; writes nothing
+    check_device(plan.cfg.train.device)
+    check_stop_at(args.stop_at, plan.from_step)
+    continuation.queue(store, plan)
+    return _train_and_report(store, args.run_id, plan.cfg.train.steps, args, plan.from_step)
+
+
+def _train_and_report(store: Any, run_id: str, total: int, args: argparse.Namespace, start: int = 0) -> int:
+    """Train the queued run (new, or a continuation) in this process; Ctrl-C stops it as a Stop click."""
+    from lab.engine.record import record_run, summary_of
+
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        result = record_run(store, run_id, should_stop=stop.is_set, on_record=Progress(cfg.train.steps))
+        result = record_run(store, run_id, should_stop=stop.is_set, on_record=Progress(total, start=start),
+                            stop_at=args.stop_at)
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
@@ -207,7 +244,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return {"train": cmd_train, "list": cmd_list, "show": cmd_show}[args.cmd](args)
+        return {"train": cmd_train, "resume": cmd_resume, "list": cmd_list, "show": cmd_show}[args.cmd](args)
     except ConfigError as exc:
         flag = FIELD_TO_FLAG.get(exc.field)
         sys.stderr.write(f"lab: error: {exc}{f' (flag {flag})' if flag else ''}\n")
@@ -218,7 +255,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BrokenPipeError:  # `python -m lab list | head`: the reader left, nothing to report
         return 0
     except Exception as exc:  # a training failure is also kept in the run's status
-        what = "run failed" if args.cmd == "train" else f"{args.cmd} failed"
+        what = "run failed" if args.cmd in ("train", "resume") else f"{args.cmd} failed"
         sys.stderr.write(f"lab: {what}: {type(exc).__name__}: {' '.join(str(exc).split())}\n")
         return 1
 

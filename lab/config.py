@@ -290,7 +290,8 @@ def in_words(exc: ConfigError) -> tuple[str, str]:
     fields_ = declared_fields()
     labels = {f.key: f.spec.label for f in fields_}
     names = {f.name: f.spec.label for f in fields_ if f.name != "name"}
-    others = {"model": "Model size", "owner": "User token", "runs per user": "Runs per user", "queue": "Queue"}
+    others = {"model": "Model size", "owner": "User token", "runs per user": "Runs per user", "queue": "Queue",
+              "run": "Run"}
     what = (labels.get(exc.field) or others.get(exc.field)
             or (f"Grid axis {exc.field[5:]}" if exc.field.startswith("grid.") else exc.field))
     text = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)

@@ -2,7 +2,8 @@
 
 `JobManager` admits runs under the server's limits (lab/engine/limits.py), queues them and gives each
 free slot the next one; a slot's thread has the run trained and recorded (lab/engine/record.py) in a
-worker process of its pool (lab/engine/pool.py) or, for tests, in the thread itself. A job's exception
+worker process of its pool (lab/engine/pool.py) or, for tests, in the thread itself. `resume` queues the
+continuation of a stored run from its checkpoint (lab/engine/continuation.py) the same way. A job's exception
 becomes a "failed" status with its message, and the slot goes on to the next job. Status snapshots are
 taken under one lock, from the latest records each job has seen.
 """
@@ -17,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from lab.batched import batch_key
-from lab.config import RunConfig
+from lab.config import ConfigError, RunConfig
+from lab.engine import continuation
 from lab.engine.cost import cost
 from lab.engine.environment import MODES, batch_seeds_default, default_max_concurrent, default_mode, default_threads
 from lab.engine.estimate import Estimate, Server, SpeedLog, forecast, group_jobs, probe_capacity
@@ -62,6 +64,7 @@ class _Job:
     stop_event: threading.Event = field(default_factory=threading.Event)
     group: str | None = None  # submit_many: queued runs with one group train as one batched model
     cfg: RunConfig | None = None  # what it trains (for the time estimates)
+    continuing: bool = False  # a continuation of a stored run (resume)
 
 
 class JobManager:
@@ -159,6 +162,31 @@ class JobManager:
             raise RuntimeError("job manager: shut down; no new runs accepted")
         return ids
 
+    def resume(self, run_id: str, steps: int | None = None, owner: str = "") -> str:
+        """Queue the continuation of a stored run from its checkpoint to `steps` in all (default: its config's
+        train.steps), in its own folder, through the same queue, slots and limits as a new run; returns the
+        run id. ConfigError naming the field (Steps, run) when it cannot be continued: a total not above its
+        checkpoint's step or above the server's limit, a run queued or running, a run without a checkpoint
+        (nothing is written then); PermissionError for someone else's run on a shared server."""
+        self.store.path(run_id)  # RunIdError for anything that is not a run id
+        with self._cond:  # held throughout: two requests for one run cannot both queue it
+            if self._closed:
+                raise RuntimeError("job manager: shut down; no new runs accepted")
+            job = self._jobs.get(run_id)
+            if job is not None and job.state in LIVE_STATES:
+                raise ConfigError("run", f"{run_id!r} is {job.state}; wait for it to end (or stop it), then "
+                                  "continue it")
+            plan = continuation.plan(self.store, run_id, steps, owner if self.limits.public else None, self.limits)
+            live = sum(1 for j in self._jobs.values() if j.owner == owner and j.state in LIVE_STATES)
+            check_admission(self.limits, plan.cfg, owner, live + self._admitting.get(owner, 0),
+                            len(self._queue) + sum(self._admitting.values()))
+            continuation.queue(self.store, plan)
+            self._jobs[run_id] = _Job(run_id, owner, plan.cfg.train.steps, cfg=plan.cfg, continuing=True)
+            self._queue.append(run_id)
+            self._start_worker_if_needed()
+            self._cond.notify_all()
+        return run_id
+
     def _start_worker_if_needed(self) -> None:
         """More queued jobs than idle workers, and room under the cap: start workers for them."""
         for _ in range(min(len(self._queue) - self._idle, self.max_concurrent - len(self._workers))):
@@ -183,6 +211,9 @@ class JobManager:
             self._queue.remove(run_id)
             job.state = "stopped"
             self._cond.notify_all()
+        if job.continuing:  # not started: the run is as it was before
+            job.state = str(continuation.unqueue(self.store, run_id)["state"])
+            return True
         self.store.set_status(run_id, "stopped", finished_at=now_iso())
         return True
 

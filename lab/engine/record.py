@@ -2,17 +2,22 @@
 
 `record_runs` trains one run alone or a batched group of seed repeats (lab/batched.py) and records every
 run exactly as if it had trained alone: status (queued -> running -> completed / stopped / failed),
-metrics appended line by line, attention snapshots, weights and a summary. The CLI calls it directly,
+metrics appended line by line, attention snapshots, the latest checkpoint (lab/engine/continuation.py),
+weights and a summary. A queued continuation of a stored run (continuation.queue) goes on from its
+checkpoint in its own folder, the same way. The CLI calls it directly,
 the job manager's workers call `outcomes` (the same, but it never raises), in a thread or in a worker
 process (lab/engine/worker.py).
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
+from lab.engine import continuation
 from lab.engine.store import LIVE_STATES, RunStore, now_iso
 from lab.records import Record, SnapshotRecord
 
@@ -85,6 +90,15 @@ def fail_runs(store: RunStore, run_ids: Sequence[str], error: str, state: str = 
     return {rid: Outcome(state, error) for rid in run_ids}
 
 
+def _accepts(fn: Callable[..., Any], name: str) -> bool:
+    """Whether `fn` takes the keyword `name` (the trainer does; the tests' fake trainers may not)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
 def record_runs(
     store: RunStore,
     run_ids: Sequence[str],
@@ -92,11 +106,13 @@ def record_runs(
     threads: Optional[int] = None,
     on_record: Optional[Mapping[str, Callable[[Record], None]]] = None,
     train_fn: Optional[TrainFn] = None,
+    stop_at: Optional[int] = None,
 ) -> list[TrainResult]:
     """Train queued runs (one alone, or a batched group) to the end, recording everything in the store;
     return their TrainResults in order. Any exception marks every run of the group failed (message kept;
     "interrupted" for Ctrl-C and the like) and is re-raised. `on_record[run_id]`, if given, also sees each
-    record of that run after the store has saved it; `should_stop[run_id]()` stops that run at its next step."""
+    record of that run after the store has saved it; `should_stop[run_id]()` stops that run at its next step,
+    as reaching step `stop_at` does. A queued continuation (one run) goes on from its checkpoint."""
     for rid in run_ids:
         state = store.status(rid).get("state")
         if state != "queued":
@@ -104,18 +120,31 @@ def record_runs(
     stops, extras = should_stop or {}, on_record or {}
     try:
         cfgs = [store.config(rid) for rid in run_ids]
-        for rid in run_ids:
-            store.set_status(rid, "running", started_at=now_iso(), step=0, error=None)
+        resume = continuation.begin(store, run_ids[0]) if len(run_ids) == 1 else None  # groups are new runs
+        if resume is not None:
+            cfgs[0] = resume[0]
+            store.set_status(run_ids[0], "running", continued_at=now_iso(), step=resume[1].step, error=None,
+                             continued_from=resume[1].step, continue_steps=None, continue_from=None,
+                             continued_from_state=None)
+        else:
+            for rid in run_ids:
+                store.set_status(rid, "running", started_at=now_iso(), step=0, error=None)
         recorders = [run_recorder(store, rid, extras.get(rid)) for rid in run_ids]
         halts = [stops.get(rid, lambda: False) for rid in run_ids]
+        saves = [functools.partial(continuation.save_checkpoint, store, rid) for rid in run_ids]
         if len(run_ids) > 1:
             from lab.batched import train_batched  # lazy: torch model code loads on the first run
 
-            results = train_batched(cfgs, recorders, halts, threads)
+            results = train_batched(cfgs, recorders, halts, threads, saves, stop_at)
         else:
             if train_fn is None:
                 from lab.trainer import train as train_fn
-            results = [train_fn(cfgs[0], on_record=recorders[0], should_stop=halts[0], threads=threads)]
+            extra: dict[str, Any] = {"resume": resume[1]} if resume is not None else {}
+            if _accepts(train_fn, "on_checkpoint"):
+                extra["on_checkpoint"] = saves[0]
+            if stop_at is not None:
+                extra["stop_at"] = stop_at
+            results = [train_fn(cfgs[0], on_record=recorders[0], should_stop=halts[0], threads=threads, **extra)]
         for rid, result in zip(run_ids, results):
             store.save_weights(rid, result.state_dict)
             store.write_summary(rid, summary_of(result))
@@ -129,10 +158,10 @@ def record_runs(
 
 def record_run(store: RunStore, run_id: str, should_stop: Callable[[], bool] = lambda: False,
                train_fn: Optional[TrainFn] = None, threads: Optional[int] = None,
-               on_record: Optional[Callable[[Record], None]] = None) -> TrainResult:
+               on_record: Optional[Callable[[Record], None]] = None, stop_at: Optional[int] = None) -> TrainResult:
     """`record_runs` for one run (the CLI's and the tests' form)."""
     return record_runs(store, [run_id], {run_id: should_stop}, threads,
-                       {run_id: on_record} if on_record else None, train_fn)[0]
+                       {run_id: on_record} if on_record else None, train_fn, stop_at)[0]
 
 
 def outcomes(store: RunStore, run_ids: Sequence[str], should_stop: Mapping[str, Callable[[], bool]],

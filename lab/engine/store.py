@@ -2,7 +2,8 @@
 
 Layout of `<root>/<run_id>/`: `config.json` (written once), `status.json` (rewritten
 atomically), `metrics.jsonl` (one JSON line per train/eval record, append-only),
-`weights.safetensors`, `attention/step_0000100.safetensors`, `summary.json`.
+`weights.safetensors`, `attention/step_0000100.safetensors`, `summary.json`, and the latest
+`checkpoint.safetensors` (written and read by continuation.py, which continues a run in its folder).
 A run is built in a dot-folder and renamed into place, so a crash never leaves a
 half-written run; every JSON file is replaced atomically, so readers never see a torn
 file. A queued or running run whose writing process died reads as "interrupted": each writer
@@ -217,6 +218,10 @@ class RunStore:
             fh = self._handles.pop(run_id, None)
             if fh is not None:
                 fh.close()
+
+    def release(self, run_id: str) -> None:
+        """Close the run's cached metrics handle, if any (before its metrics file is replaced)."""
+        self._close_handle(run_id)
 
     def close(self) -> None:
         """Close every cached metrics handle (they reopen on the next append)."""
