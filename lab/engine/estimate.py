@@ -18,7 +18,6 @@ says so and where the speed comes from.
 from __future__ import annotations
 
 import hashlib
-import os
 import statistics
 import threading
 import time
@@ -27,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable, Optional, Sequence
 
 from lab.config import RunConfig
+from lab.engine.environment import detect
 from lab.engine.cost import FIXED_S, Cost, cost
 
 PAIR_SLOWDOWN = 0.09  # two jobs on two free cores each run ~1.09x slower (RESULTS.md: 1.83x aggregate)
@@ -91,10 +91,8 @@ def contention(at_once: float, capacity: float, cores: int) -> float:
 
 
 def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """The CPUs this process may use (affinity, cgroup quota, a Space's CPU_CORES: lab/engine/environment.py)."""
+    return detect().cpus
 
 
 _BUFFER = bytes(1 << 16)  # hashing it releases the interpreter lock: the probe's threads run in parallel
