@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -86,11 +87,21 @@ def test_refusals_name_the_field_by_its_label_and_write_nothing(tmp_path):
 def test_a_queued_continuation_stopped_before_it_starts_leaves_the_run_as_it_was(tmp_path):
     store = RunStore(tmp_path / "runs")
     done = completed_run(store)
-    continuation.queue(store, continuation.plan(store, done, 30))
-    with pytest.raises(ConfigError, match="is queued"):
-        continuation.plan(store, done, 40)  # a second request for a queued run
-    assert continuation.unqueue(store, done)["state"] == "completed"
-    assert store.config(done).train.steps == 20 and continuation.plan(store, done, 30).from_step == 20
+    jm = JobManager(store, max_concurrent=1, mode="thread")
+    try:
+        busy = jm.submit(tiny(steps=100_000))  # holds the only slot
+        while jm.status(busy).state != "running":
+            time.sleep(0.01)
+        jm.resume(done, 30)
+        assert jm.status(done).state == "queued" and store.status(done)["state"] == "queued"
+        with pytest.raises(ConfigError, match="is queued"):
+            jm.resume(done, 40)  # a second request for a queued run
+        assert jm.stop(done)
+        assert jm.status(done).state == "completed" and store.status(done)["state"] == "completed"
+        assert store.config(done).train.steps == 20 and continuation.plan(store, done, 30).from_step == 20
+        jm.stop(busy)
+    finally:
+        jm.shutdown(wait=True)
 
 
 @pytest.mark.parametrize("mode", ["thread", pytest.param("process", marks=pytest.mark.slow)])

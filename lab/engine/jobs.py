@@ -212,7 +212,9 @@ class JobManager:
             job.state = "stopped"
             self._cond.notify_all()
         if job.continuing:  # not started: the run is as it was before
-            job.state = str(continuation.unqueue(self.store, run_id)["state"])
+            before = str(continuation.unqueue(self.store, run_id)["state"])
+            with self._cond:
+                job.state = before
             return True
         self.store.set_status(run_id, "stopped", finished_at=now_iso())
         return True
@@ -238,6 +240,7 @@ class JobManager:
             self._closed = True
             dropped = list(self._queue)
             self._queue.clear()
+            resumed = {run_id for run_id in dropped if self._jobs[run_id].continuing}
             for run_id in dropped:
                 self._jobs[run_id].state, self._jobs[run_id].error = "interrupted", _SHUT_DOWN
             if stop_running:
@@ -247,6 +250,9 @@ class JobManager:
             self._cond.notify_all()
             workers = list(self._workers)
         for run_id in dropped:
+            if run_id in resumed:  # a continuation not started: the run stays as it was
+                continuation.unqueue(self.store, run_id)
+                continue
             self.store.set_status(run_id, "interrupted", error=_SHUT_DOWN, finished_at=now_iso())
         if self.pool is not None:
             self.pool.close()
