@@ -15,11 +15,13 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from lab.batched import batch_key
 from lab.config import ConfigError, RunConfig
 from lab.engine import continuation
+from lab.engine.backup import backup_run, forget
 from lab.engine.cost import cost
 from lab.engine.environment import MODES, batch_seeds_default, default_max_concurrent, default_mode, default_threads
 from lab.engine.estimate import Estimate, Server, SpeedLog, forecast, group_jobs, probe_capacity
@@ -72,7 +74,7 @@ class JobManager:
 
     def __init__(
         self, store: RunStore, max_concurrent: int | None = None, train_fn: Callable[..., Any] | None = None,
-        limits: Limits | None = None, mode: str | None = None,
+        limits: Limits | None = None, mode: str | None = None, backup: Path | None = None,
     ) -> None:
         if max_concurrent is None:
             max_concurrent = default_max_concurrent()
@@ -97,6 +99,7 @@ class JobManager:
         self._idle = 0
         self._closed = False
         self._speed = SpeedLog()  # measured speed of this server's jobs, for the time estimates
+        self.backup = backup  # a folder that outlives the disk (LAB_BACKUP_DIR): finished runs are copied there
 
     def warm_up(self, delay_s: float = 0.0) -> None:
         """Start the worker processes (one per slot) in the background after `delay_s`, so the first runs
@@ -187,6 +190,31 @@ class JobManager:
             self._cond.notify_all()
         return run_id
 
+    def adopt(self, run_id: str, owner: str = "") -> str:
+        """Queue a run the store already holds as queued but no manager trains: a new run whose GPU chunk
+        never started (lab/engine/chunks.py), or a continuation queued for one; it goes on from its checkpoint
+        if it has one. Admission limits apply as to a new run (LimitError)."""
+        self.store.path(run_id)  # RunIdError for anything that is not a run id
+        status = self.store.status(run_id)
+        if status.get("state") != "queued":
+            raise ConfigError("run", f"{run_id!r} is {status.get('state')}, not queued")
+        cfg = self.store.config(run_id)
+        steps = int(status.get("continue_steps") or cfg.train.steps)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("job manager: shut down; no new runs accepted")
+            job = self._jobs.get(run_id)
+            if job is not None and job.state in LIVE_STATES:
+                return run_id
+            live = sum(1 for j in self._jobs.values() if j.owner == owner and j.state in LIVE_STATES)
+            check_admission(self.limits, cfg, owner, live + self._admitting.get(owner, 0),
+                            len(self._queue) + sum(self._admitting.values()))
+            self._jobs[run_id] = _Job(run_id, owner, steps, cfg=cfg, continuing=bool(status.get("continue_steps")))
+            self._queue.append(run_id)
+            self._start_worker_if_needed()
+            self._cond.notify_all()
+        return run_id
+
     def _start_worker_if_needed(self) -> None:
         """More queued jobs than idle workers, and room under the cap: start workers for them."""
         for _ in range(min(len(self._queue) - self._idle, self.max_concurrent - len(self._workers))):
@@ -230,6 +258,8 @@ class JobManager:
             if job is not None and job.state in LIVE_STATES:
                 raise ValueError(f"run_id: {run_id!r} is {job.state}; stop it before deleting")
         self.store.delete(run_id, owner=owner)
+        if self.backup is not None:
+            forget(run_id, self.backup)
         with self._cond:
             self._jobs.pop(run_id, None)
 
@@ -402,6 +432,7 @@ class JobManager:
             log.warning("job worker: %s", error_line(exc), exc_info=True)
             ends = fail_runs(self.store, list(jobs), error_line(exc))
         finally:
+            self.back_up(list(jobs))  # before the job reads finished: a finished run is a backed-up one
             with self._cond:
                 for run_id, job in jobs.items():
                     end = ends.get(run_id, Outcome("failed", "the job's worker stopped unexpectedly"))
@@ -409,6 +440,18 @@ class JobManager:
                 self._speed.end(head, all(j.state == "completed" for j in batch), time.monotonic())
                 self._forget_old()
                 self._cond.notify_all()
+
+    def back_up(self, run_ids: Sequence[str]) -> None:
+        """Copy finished runs to the backup folder, if there is one (lab/engine/backup.py). A failure is
+        logged, never raised: the run itself is safe in the store."""
+        if self.backup is None:
+            return
+        for run_id in run_ids:
+            try:
+                if self.store.status(run_id).get("state") in TERMINAL_STATES:
+                    backup_run(self.store, run_id, self.backup)
+            except Exception:  # a full or unmounted bucket must not stop the slot
+                log.warning("could not back up run %s", run_id, exc_info=True)
 
     def _train(self, run_ids: list[str], stops: dict[str, threading.Event],
                seen: Callable[[str, Record], None]) -> dict[str, Outcome]:
