@@ -12,6 +12,7 @@ from typing import Optional
 
 import gradio as gr
 
+from lab.engine.backup import backup_dir, restore
 from lab.engine.environment import default_queue_size, detect
 from lab.engine.jobs import SPARE_DELAY_S, JobManager
 from lab.engine.limits import Limits
@@ -85,9 +86,16 @@ def main() -> None:
     limits = Limits.from_env()
     store = RunStore()
     store.sweep()  # temp files and half-written folders a crashed server left behind
-    store.recover()  # runs whose process died (a crashed server) are recorded as interrupted
+    backup = backup_dir()  # LAB_BACKUP_DIR: finished runs are copied there, and come back from there
+    if backup is not None:
+        back = restore(store, backup)  # a wiped disk (a restarted Space) gets its finished runs back
+        print(f"Restored {len(back.runs)} run(s) from {backup}" + (
+            f"; {len(back.incomplete)} incomplete backup(s) left for the next start" if back.incomplete else ""),
+            flush=True)
+    interrupted = store.recover()  # runs whose process died (a crashed server) are recorded as interrupted
     print(f"Running on {detect().describe()}", flush=True)  # slots, threads, batching, queue: one line
-    jobs = JobManager(store, limits=limits)
+    jobs = JobManager(store, limits=limits, backup=backup)
+    jobs.back_up(interrupted)
     jobs.warm_up(SPARE_DELAY_S)  # one worker process per training slot, started once the page is up
     demo = build_demo(store, jobs)
     # scikit-learn (the PCA panel) loads once the page is up: at import it added ~1 s to the cold start

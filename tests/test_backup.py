@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lab.engine.backup import MANIFEST, backup_dir, backup_run, forget, read_manifest, restore
+from lab.engine.jobs import JobManager
 from lab.engine.record import record_run
 from lab.engine.store import RunStore
 from ui.knobs import config_from_values
@@ -103,3 +104,19 @@ def test_folders_that_are_not_runs_are_ignored(tmp_path):
 def test_the_backup_folder_comes_from_lab_backup_dir(tmp_path):
     assert backup_dir({}) is None and backup_dir({"LAB_BACKUP_DIR": "  "}) is None
     assert backup_dir({"LAB_BACKUP_DIR": str(tmp_path)}) == tmp_path
+
+
+def test_the_job_manager_backs_up_each_finished_run_and_forgets_a_deleted_one(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    bucket = tmp_path / "bucket"
+    jobs = JobManager(store, max_concurrent=1, mode="thread", backup=bucket)
+    try:
+        run = jobs.submit(TINY, owner="u1")
+        assert jobs.wait(run, timeout=120).state == "completed"
+        assert read_manifest(bucket / run) is not None  # backed up by the time the run reads finished
+        fresh = RunStore(tmp_path / "wiped")
+        assert restore(fresh, bucket).runs == (run,) and fresh.summary(run) == store.summary(run)
+        jobs.delete(run, owner="u1")
+        assert not (bucket / run).exists()
+    finally:
+        jobs.shutdown(wait=True)
