@@ -22,6 +22,7 @@ from lab.tasks import get_task
 from ui.common import TERMINAL, AppContext, curve, errors_as_messages, with_api_params, with_series
 from ui.grid import GridPanel, axis_choices, build_grid_panel
 from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, values_from_query
+from ui.live import FrameCache, Seen, answer
 from ui.share import build_share_panel
 
 POLL_S = 1.0
@@ -183,26 +184,36 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                 outputs=[run_pick, my_runs, progress, timer, note], api_name="start", preprocess=False,
                 show_progress_on=[note])
 
+    frames = FrameCache(live_frames)  # shared by every page: a run's curves computed once per change
+    seen = gr.State({})  # what this page's last poll sent (ui/live.py)
+
     @errors_as_messages
-    def on_poll(run_id: Optional[str]):
+    def on_poll(run_id: Optional[str], last: Any):
+        """The shown run's progress and curves; only what changed since this page's last poll is sent
+        (gr.skip() keeps what the page shows), and the timer slows down while nothing changes."""
         if not run_id:
-            return "No run yet.", None, None, gr.Timer(active=False)
+            return "No run yet.", None, None, gr.Timer(active=False), {}
         ctx.store.path(run_id)  # RunIdError (a message naming run_id) for anything else
         try:
             state, text = progress_text(ctx, run_id)
-            if state == "queued":  # nothing to draw yet: a classroom's queue polls cheaply
-                return text, None, None, gr.Timer(active=True)
-            loss, acc = live_frames(ctx, run_id)
+            # nothing to draw while queued: a classroom's queue polls cheaply
+            ver, (loss, acc) = (None, (None, None)) if state == "queued" else frames.get(ctx, run_id)
         except RunNotFoundError:
-            return f"⚠️ Run {run_id} does not exist (it may have been deleted).", None, None, gr.Timer(active=False)
+            frames.forget(run_id)
+            return (f"⚠️ Run {run_id} does not exist (it may have been deleted).", None, None,
+                    gr.Timer(active=False), {})
         except DamagedRunError as exc:
-            return f"⚠️ Run {run_id} is damaged and cannot be shown: {exc}", None, None, gr.Timer(active=False)
-        return text, loss, acc, gr.Timer(active=state not in TERMINAL)
+            return f"⚠️ Run {run_id} is damaged and cannot be shown: {exc}", None, None, gr.Timer(active=False), {}
+        got = answer(Seen.of(last), run_id, text, ver, final=state in TERMINAL)
+        return (text if got.send_text else gr.skip(), loss if got.send_frames else gr.skip(),
+                acc if got.send_frames else gr.skip(), gr.Timer(got.interval, active=state not in TERMINAL),
+                got.seen.as_dict())
 
-    timer.tick(on_poll, inputs=run_pick, outputs=[progress, loss_plot, acc_plot, timer], api_name="poll",
-               show_progress="hidden")
-    run_pick.change(on_poll, inputs=run_pick, outputs=[progress, loss_plot, acc_plot, timer], api_name="show_run",
-                    show_progress="hidden")
+    poll_io = {"inputs": [run_pick, seen], "outputs": [progress, loss_plot, acc_plot, timer, seen],
+               "show_progress": "hidden"}
+    # unqueued: one HTTP request per refresh, never refused by a full queue (a class polls every second)
+    timer.tick(on_poll, api_name="poll", queue=False, **poll_io)
+    run_pick.change(on_poll, api_name="show_run", **poll_io)
 
     @errors_as_messages
     def on_stop(run_id: Optional[str], who: Optional[str]):

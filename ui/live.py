@@ -1,0 +1,125 @@
+"""What one poll of the Train tab's live view costs, kept small: a class of 30 students polls once a
+second each, on the same two cores that train their runs.
+
+- **Nothing recomputed that did not change.** The curve frames of a run are computed once per version
+  of its metrics file (inode, size, modification time: it only grows by appends, and a continuation
+  replaces it) and shared by every page that shows the run (`FrameCache`).
+- **Nothing sent that the page already shows.** Each page (Gradio session) remembers what its last
+  poll sent (`Seen`): a plot or text that has not changed since is answered with `gr.skip()`, so the
+  page keeps what it shows. A run that has just ended is always sent in full (the last poll).
+- **A slower refresh where nothing changes.** After `QUIET_POLLS` polls in a row that found nothing
+  new (a run waiting in the queue at the same place), the timer ticks every `SLOW_S` seconds; the
+  first change brings it back to `FAST_S`.
+The event is unqueued (`queue=False` in ui/train.py): one HTTP request per refresh, never refused
+by a full queue.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import pandas as pd
+
+from ui.common import AppContext
+
+FAST_S = 1.0  # the refresh while something changes: a running run's curves and step count
+SLOW_S = 3.0  # the refresh after QUIET_POLLS polls in a row found nothing new
+QUIET_POLLS = 2
+CACHED_RUNS = 128  # runs whose frames are kept (a class shows at most a few runs each)
+
+Frames = tuple[pd.DataFrame, pd.DataFrame]
+Version = tuple[int, ...]
+
+
+def version(ctx: AppContext, run_id: str) -> Version:
+    """What identifies the current content of a run's metrics and config files: (inode, size, mtime in ns)
+    of each, zeros for a file that is not there. One stat() per file, no read."""
+    folder = ctx.store.path(run_id)
+    out: list[int] = []
+    for name in ("metrics.jsonl", "config.json"):  # the files RunStore.metrics and .config read
+        try:
+            st = os.stat(folder / name)
+            out += [st.st_ino, st.st_size, st.st_mtime_ns]
+        except OSError:
+            out += [0, 0, 0]
+    return tuple(out)
+
+
+class FrameCache:
+    """A run's live curve frames by the version of its files, shared by every page (thread-safe).
+    `computed` counts the frames actually computed (tests check that an unchanged run is not re-read)."""
+
+    def __init__(self, compute: Callable[[AppContext, str], Frames], size: int = CACHED_RUNS) -> None:
+        self._compute, self._size = compute, size
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, tuple[Version, Frames]] = OrderedDict()
+        self.computed = 0
+
+    def get(self, ctx: AppContext, run_id: str) -> tuple[Version, Frames]:
+        """(version, frames) for the run as its files are now. The version is taken before the files are
+        read: frames a little newer than their version are recomputed at the next poll, never missed."""
+        key = version(ctx, run_id)
+        with self._lock:
+            hit = self._entries.get(run_id)
+            if hit is not None and hit[0] == key:
+                self._entries.move_to_end(run_id)
+                return hit
+        frames = self._compute(ctx, run_id)  # outside the lock: pages showing other runs do not wait
+        with self._lock:
+            self.computed += 1
+            self._entries[run_id] = (key, frames)
+            self._entries.move_to_end(run_id)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+        return key, frames
+
+    def forget(self, run_id: str) -> None:
+        with self._lock:
+            self._entries.pop(run_id, None)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What a page's last poll sent: the run, its frames' version (None: no frames), the text, and how
+    many polls in a row found nothing new. Kept in a gr.State as a dict (`as_dict`/`of`)."""
+
+    run: Optional[str] = None
+    version: Optional[Version] = None
+    text: Optional[str] = None
+    quiet: int = 0
+
+    @classmethod
+    def of(cls, value: Any) -> "Seen":
+        if not isinstance(value, dict):
+            return cls()
+        ver = value.get("version")
+        return cls(value.get("run"), tuple(ver) if isinstance(ver, (list, tuple)) else None, value.get("text"),
+                   int(value.get("quiet") or 0))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"run": self.run, "version": list(self.version) if self.version else None, "text": self.text,
+                "quiet": self.quiet}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One poll's answer: what to send (None in `send_*`: skip it), the timer's interval, what was seen."""
+
+    send_text: bool
+    send_frames: bool
+    interval: float
+    seen: Seen
+
+
+def answer(seen: Seen, run_id: str, text: str, frames_version: Optional[Version], final: bool) -> Answer:
+    """Decide what a poll sends, given what the page was last sent. `frames_version` is None when the run
+    has no curves to draw yet (queued); `final`: the run has ended (everything is sent, once)."""
+    same_run = seen.run == run_id
+    new_frames = final or not same_run or seen.version != frames_version
+    new_text = final or not same_run or seen.text != text
+    quiet = 0 if (new_frames or new_text) else seen.quiet + 1
+    interval = SLOW_S if quiet >= QUIET_POLLS else FAST_S
+    return Answer(new_text, new_frames, interval, Seen(run_id, frames_version, text, quiet))
