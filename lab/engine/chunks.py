@@ -106,7 +106,8 @@ def train_in_chunks(store: RunStore, run_id: str, seconds: float, call: ChunkCal
         if not chunk.done and stop_requested(store, run_id):  # asked to stop as the chunk's time ran out
             (store.path(run_id) / STOP_FILE).unlink(missing_ok=True)
             chunk = Chunk(run_id, chunk.step, chunk.total, "stopped", chunk.device, chunk.seconds)
+        if not chunk.done:
+            queue_next(store, run_id, chunk.total)  # between chunks the run reads queued
         yield chunk
         if chunk.done:
             return
-        queue_next(store, run_id, chunk.total)
