@@ -15,12 +15,14 @@ import logging
 import os
 from typing import Callable, Iterator, Optional
 
+import gradio as gr
 
-from lab.config import RunConfig
+
+from lab.config import ConfigError, RunConfig
 from lab.engine.chunks import Chunk, request_stop, run_chunk, train_in_chunks
 from lab.engine.environment import detect
 from lab.engine.limits import check_config
-from ui.common import AppContext
+from ui.common import AppContext, with_api_params
 
 log = logging.getLogger("lab.app")
 CHUNK_S = float(os.environ.get("LAB_GPU_CHUNK_S", "40"))  # training time per GPU call
@@ -112,3 +114,27 @@ def stop_gpu_run(ctx: AppContext, run_id: str) -> bool:
         return False
     request_stop(ctx.store, run_id)
     return True
+
+
+def wire_gpu_button(ctx: AppContext, button: gr.Button, inputs: list, run_ids: Callable[[list, str], list],
+                    outputs: list, read_config: Callable[[tuple], RunConfig], problem: Callable[[Exception], str],
+                    api_names: list[str]) -> None:
+    """Train on GPU's event: a generator from the clicking user's request (ZeroGPU charges the chunks to
+    that user), updating the run picker, the remembered runs, the timer and the note beside the buttons.
+    `run_ids(runs, new)`: the page's remembered runs with the new one first."""
+    def on_gpu(*args: object):
+        *vals, runs, who = args
+        try:
+            cfg = read_config(tuple(vals))
+            steps = train_on_gpu(ctx, cfg, who if isinstance(who, str) else "")
+            run_id, text = next(steps)
+        except ConfigError as exc:
+            yield gr.skip(), gr.skip(), gr.skip(), problem(exc)
+            return
+        listed = run_ids(runs if isinstance(runs, list) else [], run_id)
+        yield gr.Dropdown(choices=listed, value=run_id), listed, gr.Timer(active=True), text
+        for _, text in steps:
+            yield gr.skip(), gr.skip(), gr.Timer(active=True), text
+
+    button.click(with_api_params(on_gpu, api_names), inputs=inputs, outputs=outputs, api_name="start_gpu",
+                 preprocess=False, concurrency_limit=None, show_progress="hidden")

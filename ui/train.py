@@ -20,6 +20,7 @@ from lab.engine.limits import Limits, check_config, thin, valid_owner
 from lab.engine.store import DamagedRunError, RunIdError, RunNotFoundError
 from lab.tasks import get_task
 from ui.common import TERMINAL, AppContext, curve, errors_as_messages, with_api_params, with_series
+from ui.gpu import gpu_available, stop_gpu_run, wire_gpu_button
 from ui.grid import GridPanel, axis_choices, build_grid_panel
 from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, values_from_query
 from ui.live import FrameCache, Seen, answer
@@ -136,6 +137,8 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                     start = gr.Button("Start", variant="primary", elem_id="start-btn", interactive=False)
                     stop = gr.Button("Stop", variant="stop", elem_id="stop-btn")
                     delete = gr.Button("Delete run", variant="secondary", elem_id="delete-btn")
+                # on a ZeroGPU Space: train in GPU chunks paid by this user's GPU quota (ui/gpu.py)
+                gpu_btn = gr.Button("⚡ Train on GPU", variant="primary", elem_id="gpu-btn", visible=gpu_available())
                 # what a refused Start, Stop or Delete says, next to the buttons; cleared by the next knob
                 # change or a good Start (a raised error would mark every output of the event red, for good)
                 note = gr.Markdown("", elem_id="start-note")
@@ -184,6 +187,12 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                 outputs=[run_pick, my_runs, progress, timer, note], api_name="start", preprocess=False,
                 show_progress_on=[note])
 
+    def remembered(runs: list, run_id: str) -> list:
+        return [run_id] + [r for r in runs[:200] if is_run_id(ctx, r) and r != run_id][:49]
+
+    wire_gpu_button(ctx, gpu_btn, inputs + [my_runs, owner], remembered, [run_pick, my_runs, timer, note],
+                    lambda vals: config_from_values(_values(vals)), problem, names + ["my_runs", "owner"])
+
     frames = FrameCache(live_frames)  # shared by every page: a run's curves computed once per change
     seen = gr.State({})  # what this page's last poll sent (ui/live.py)
 
@@ -225,6 +234,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
             ok = ctx.jobs.stop(run_id, owner=acting)
             if not ok and acting is not None and ctx.store.status(run_id).get("owner") != acting:
                 raise PermissionError(f"run_id: {run_id!r} belongs to another user; you can stop only your own runs")
+            ok = ok or stop_gpu_run(ctx, run_id)  # a run training in GPU chunks: no job manager knows it
         if not ok:
             gr.Info("That run has already finished.")
         return progress_text(ctx, run_id)[1]
