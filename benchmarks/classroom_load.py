@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from light_client import LightClient, queued_endpoints  # noqa: E402
+from procstats import cpu_seconds, server_tracebacks, tree_rss  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "RESULTS.md"
@@ -47,40 +48,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def tree_rss(root_pid: int) -> tuple[int, int]:
-    """(RSS of root_pid, RSS of it and all its descendants) in bytes, from /proc."""
-    parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as fh:
-                fields = fh.read().rsplit(b")", 1)[1].split()
-            with open(f"/proc/{entry}/statm", "rb") as fh:
-                pages = int(fh.read().split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        parents[int(entry)] = int(fields[1])
-        rss[int(entry)] = pages * os.sysconf("SC_PAGE_SIZE")
-    family, grew = {root_pid}, True
-    while grew:
-        more = {p for p, pp in parents.items() if pp in family} - family
-        family |= more
-        grew = bool(more)
-    return rss.get(root_pid, 0), sum(rss.get(p, 0) for p in family)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds the process has used (its own threads, not its children)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            fields = fh.read().rsplit(b")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, IndexError, ValueError):
-        return 0.0
 
 
 class Server:
@@ -212,7 +179,8 @@ class User(threading.Thread):
                     t0 = time.perf_counter()
                     out = light.call("poll", run_id) if light else client.predict(run_id, api_name="/poll")
                     self.polls.append(time.perf_counter() - t0)
-                    text, timer = out[0], out[-1] if isinstance(out[-1], dict) else {}
+                    timer = next((o for o in reversed(out) if isinstance(o, dict) and "active" in o), {})
+                    text = out[0]
                     if not timer.get("active", True):
                         self.outcome[run_id] = text.split("**")[1].lower() if "**" in text else text
                         break
@@ -250,7 +218,8 @@ def simulate(users: int, minutes: float, poll_s: float, ramp_s: float, light: bo
             server.stop()
     polls = [p for u in crowd for p in u.polls]
     states = [s for u in crowd for s in u.outcome.values()]
-    errors = [e for u in crowd for e in u.errors] + (["a traceback in the server log"] if "Traceback" in log else [])
+    ignored, tracebacks = server_tracebacks(log)
+    errors = [e for u in crowd for e in u.errors] + [f"a traceback in the server log: {t}" for t in tracebacks]
     refused = [r for u in crowd for r in u.refused]
     reasons: dict[str, int] = {}
     for message in refused:
@@ -275,6 +244,7 @@ def simulate(users: int, minutes: float, poll_s: float, ramp_s: float, light: bo
         if steps_ms else None, "environment": running_on,
         "peak_rss_mib": round(server.peak_main / 2**20, 1), "peak_rss_tree_mib": round(server.peak_tree / 2**20, 1),
         "cpus": cpus, "load_avg_1min_at_end": round(os.getloadavg()[0], 1),
+        "log_ignored_exceptions": len(ignored), "log_ignored_sample": ignored[0] if ignored else "",
     }
 
 
@@ -294,7 +264,9 @@ def table(r: dict[str, Any]) -> str:
         ("training ms/step (median over runs)", r["ms_per_step_p50"]),
         ("server peak RSS (process / with children)", f"{r['peak_rss_mib']} / {r['peak_rss_tree_mib']} MiB"),
         ("host load average (1 min) at the end", f"{r['load_avg_1min_at_end']} on {r['cpus']} cores"),
-    ] + ([("server's environment line", r["environment"])] if r["environment"] else [])
+    ] + ([("server's environment line", r["environment"])] if r["environment"] else []) + (
+        [("server log: exceptions Python ignored", f"{r['log_ignored_exceptions']} {r['log_ignored_sample']}")]
+        if r["log_ignored_exceptions"] else [])
     lines = ["| measure | value |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
     if r["refusal_sample"]:
         lines.append(f"\nA refusal reads: *{r['refusal_sample']}*")

@@ -20,19 +20,22 @@ from typing import Any
 API = "/gradio_api"
 
 
-def queued_endpoints(url: str) -> dict[str, bool]:
-    """api_name -> whether the event goes through Gradio's queue, from the page's /config."""
+def queued_endpoints(url: str) -> dict[str, Any]:
+    """api_name -> (whether the event goes through Gradio's queue, the positions of its gr.State inputs),
+    from the page's /config. A browser sends a state input as null; the server fills it in."""
     with urllib.request.urlopen(url + "/config", timeout=30) as resp:
         config = json.load(resp)
     default = bool(config.get("enable_queue", True))
-    return {d["api_name"]: default if d.get("queue") is None else bool(d["queue"])
+    states = {c["id"] for c in config.get("components", []) if c.get("type") == "state"}
+    return {d["api_name"]: (default if d.get("queue") is None else bool(d["queue"]),
+                            [i for i, c in enumerate(d.get("inputs", [])) if c in states])
             for d in config.get("dependencies", []) if d.get("api_name")}
 
 
 class LightClient:
     """One browser tab's connection: `call(api_name, *data)` returns the outputs or raises RuntimeError."""
 
-    def __init__(self, url: str, queued: dict[str, bool], timeout: float = 60.0) -> None:
+    def __init__(self, url: str, queued: dict[str, Any], timeout: float = 60.0) -> None:
         parts = urllib.parse.urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         self.timeout, self.queued = timeout, queued
@@ -59,13 +62,18 @@ class LightClient:
         raise AssertionError("unreachable")
 
     def call(self, api_name: str, *data: Any) -> list[Any]:
-        body = {"data": list(data), "session_hash": self.session}
-        if not self.queued.get(api_name, True):
+        queued, states = self.queued.get(api_name, (True, []))
+        if not queued:
+            values = list(data)
+            for i in states:  # what a browser sends for a gr.State input: null
+                values.insert(i, None)
+            body = {"data": values, "session_hash": self.session}
             status, raw = self._request("POST", f"{API}/run/{api_name}", body)
             answer = json.loads(raw or b"{}")
             if status != 200 or "error" in answer:
                 raise RuntimeError(" ".join(str(answer.get("error") or f"HTTP {status}").split()))
-            return answer["data"]
+            return answer["data"]  # every output, a gr.State's as null
+        body = {"data": list(data), "session_hash": self.session}
         status, raw = self._request("POST", f"{API}/call/{api_name}", body)
         if status != 200:
             raise RuntimeError(" ".join(f"HTTP {status}: {raw.decode(errors='replace')[:300]}".split()))
