@@ -6,15 +6,17 @@ import functools
 import inspect
 import logging
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import gradio as gr
 import pandas as pd
 
 from lab.config import ConfigError, declared_fields, in_words
 from lab.engine.jobs import JobManager
-from lab.engine.store import RunStore
+from lab.engine.limits import valid_owner
+from lab.engine.store import RunIdError, RunStore
 from lab.teach.grid import AXES
 
 log = logging.getLogger("lab.app")
@@ -283,3 +285,31 @@ def remember_runs(runs: Any, new_ids: list[str]) -> list[str]:
     """The browser's "my runs" list with `new_ids` first (a BrowserState may hold anything: keep strings)."""
     old = [r for r in (runs if isinstance(runs, list) else [])[:200] if isinstance(r, str) and r not in new_ids]
     return (list(new_ids) + old)[:max(MY_RUNS_KEPT, len(new_ids))]
+
+
+def is_run_id(ctx: AppContext, value: Any) -> bool:
+    """Whether `value` is a well-formed run id (it may not exist)."""
+    try:
+        ctx.store.path(value)
+    except RunIdError:
+        return False
+    return True
+
+
+def acting_owner(ctx: AppContext, who: Any) -> Optional[str]:
+    """The owner whose runs a stop or delete may touch: the caller's token on a public server
+    (ownership enforced), None (anybody's) on a local one."""
+    if not ctx.jobs.limits.public:
+        return None
+    if not valid_owner(who):
+        raise ConfigError("owner", "this shared server needs your user token to stop or delete a run; reload the page")
+    return who
+
+
+@contextmanager
+def permission() -> Iterator[None]:
+    """Someone else's run: a one-line message, not an unexpected-error report."""
+    try:
+        yield
+    except PermissionError as exc:
+        raise gr.Error(" ".join(str(exc).split()), print_exception=False) from None

@@ -6,20 +6,22 @@ shown run and redraws its curves, and switches itself off when the run ends.
 from __future__ import annotations
 
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import gradio as gr
 import pandas as pd
 
 from lab.params import param_breakdown
 from lab.config import ConfigError, RunConfig, in_words
+from lab.engine.continuation import checkpoint_step
 from lab.engine.jobs import JobManager
+from lab.fields import shown
 from lab.engine.limits import Limits, check_config, thin, valid_owner
-from lab.engine.store import DamagedRunError, RunIdError, RunNotFoundError
+from lab.engine.store import DamagedRunError, RunNotFoundError
 from lab.tasks import get_task
-from ui.common import TERMINAL, AppContext, curve, errors_as_messages, with_api_params, with_series
+from ui.common import (TERMINAL, AppContext, acting_owner, curve, errors_as_messages, is_run_id, permission,
+                       with_api_params, with_series)
 from ui.gpu import gpu_available, stop_gpu_run, wire_gpu_button
 from ui.grid import GridPanel, axis_choices, build_grid_panel
 from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, values_from_query
@@ -149,6 +151,11 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                 run_pick = gr.Dropdown(label="Run shown", choices=[], value=None, allow_custom_value=True,
                                        elem_id="run-pick", info="Runs started from this browser.")
                 progress = gr.Markdown("No run yet.", elem_id="progress")
+                with gr.Row(elem_id="continue-row"):  # a finished run trains on, in its own folder
+                    more = gr.Number(200, label="More steps", precision=0, minimum=1, elem_id="continue-steps",
+                                     info="From the run's last checkpoint.", scale=2)
+                    cont = gr.Button("Continue training", size="sm", elem_id="continue-btn", scale=1)
+                cont_note = gr.Markdown("", elem_id="continue-note")
                 loss_plot = gr.LinePlot(x="step", y="value", color="series", title="Loss", y_title="cross-entropy",
                                         elem_id="live-loss", height=260)
                 acc_plot = gr.LinePlot(x="step", y="value", color="series", title="Exact-match (held-out)",
@@ -239,6 +246,30 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
             gr.Info("That run has already finished.")
         return progress_text(ctx, run_id)[1]
 
+    @errors_as_messages
+    def on_continue(run_id: Optional[str], steps: Any, who: Optional[str]):
+        """Queue the shown run's continuation, `steps` more from its checkpoint (lab/engine/continuation.py);
+        a refusal is answered beside the button."""
+        if not run_id:
+            return "⚠️ **Run**: no run is shown, so there is nothing to continue", gr.skip(), gr.skip()
+        ctx.store.path(run_id)
+        try:
+            if isinstance(steps, bool) or not isinstance(steps, (int, float)) or steps != int(steps) or steps < 1:
+                raise ConfigError("More steps", f"{shown(steps)} is not a whole number of steps (allowed: 1 or more)")
+            with permission():
+                ctx.jobs.resume(run_id, (checkpoint_step(ctx.store, run_id) or 0) + int(steps),
+                                owner=who if isinstance(who, str) else "")
+        except ConfigError as exc:
+            return problem(exc), gr.skip(), gr.skip()
+        return "", progress_text(ctx, run_id)[1], gr.Timer(active=True)
+
+    cont.click(on_continue, inputs=[run_pick, more, owner], outputs=[cont_note, progress, timer],
+               api_name="continue_run", show_progress_on=[cont_note])
+    # its note goes when the user shows another run or starts one (`.input`, not `.change`: a dropdown also
+    # reports a change when its choices are refreshed, which would wipe a note just given)
+    gr.on([run_pick.input, start.click], None, outputs=cont_note, js="() => ''", queue=False, show_progress="hidden",
+          api_name="clear_continue_note")
+
     stop.click(on_stop, inputs=[run_pick, owner], outputs=progress, api_name="stop", show_progress_on=[note])
 
     @errors_as_messages
@@ -286,34 +317,6 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
 
     return TrainTab(widgets, run_pick, on_load, [my_runs, owner],
                     inputs + [run_pick, my_runs, owner, summary] + grid.axes + [start], grid)
-
-
-def is_run_id(ctx: AppContext, value: Any) -> bool:
-    """Whether `value` is a well-formed run id (it may not exist)."""
-    try:
-        ctx.store.path(value)
-    except RunIdError:
-        return False
-    return True
-
-
-def acting_owner(ctx: AppContext, who: Any) -> Optional[str]:
-    """The owner whose runs a stop or delete may touch: the caller's token on a public server
-    (ownership enforced), None (anybody's) on a local one."""
-    if not ctx.jobs.limits.public:
-        return None
-    if not valid_owner(who):
-        raise ConfigError("owner", "this shared server needs your user token to stop or delete a run; reload the page")
-    return who
-
-
-@contextmanager
-def permission() -> Iterator[None]:
-    """Someone else's run: a one-line message, not an unexpected-error report."""
-    try:
-        yield
-    except PermissionError as exc:
-        raise gr.Error(" ".join(str(exc).split()), print_exception=False) from None
 
 
 def _knob_panel() -> dict[str, gr.components.Component]:

@@ -1,0 +1,74 @@
+"""Continue training, in Debian's headless Chromium against the real app: a completed run of 60 steps gets
+200 more from the Train tab; it stays one run (same id, one folder) whose curve in Compare now reaches step
+260 with no repeated step; a refusal (a run still training) is answered beside the button."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.browser import assert_no_errors, chromium, fill, open_page, shoot, wait_finished, wait_lines
+
+pytestmark = pytest.mark.slow
+WAIT_MS = 150_000
+POINTS = """(sel) => Math.max(0, ...[...document.querySelectorAll(sel + ' g.mark-line.role-mark path')]
+    .map(p => ((p.getAttribute('d') || '').match(/L/g) || []).length + 1))"""
+
+
+def tab(page, tab_id: str):
+    """A tab's button on the tab bar (Gradio keeps a hidden copy of each for its overflow menu)."""
+    return page.locator(f"button[role=tab][data-tab-id={tab_id}]:visible").first
+
+
+def test_a_completed_run_trains_200_more_steps_and_its_curve_extends(browser_app):
+    from playwright.sync_api import expect
+
+    with chromium() as browser:
+        page = open_page(browser, browser_app.url, WAIT_MS)
+        fill(page, "#steps", "60")
+        page.locator("#start-btn").click()
+        progress = page.locator("#progress")
+        expect(progress).to_contain_text("Completed after 60 steps", timeout=WAIT_MS)
+        run_id = page.locator("#run-pick input").input_value()
+
+        tab(page, "compare").click()
+        page.get_by_role("button", name="Select all shown").click()
+        wait_lines(page, "#compare-curves", 1, points=55)
+        before = page.evaluate(POINTS, "#compare-curves")
+        assert 55 <= before <= 60, before
+
+        tab(page, "train").click()
+        fill(page, "#continue-steps", "200")
+        page.locator("#continue-btn").click()
+        expect(progress).to_contain_text("Completed after 260 steps", timeout=WAIT_MS)
+        wait_finished(page, browser_app, [run_id], WAIT_MS)
+        assert [p.name for p in browser_app.runs_dir.iterdir() if not p.name.startswith(".")] == [run_id]
+        steps = [json.loads(line)["step"] for line in (browser_app.runs_dir / run_id / "metrics.jsonl").open()
+                 if json.loads(line)["kind"] == "train"]
+        assert steps == sorted(set(steps)) and steps[-1] == 260  # one curve, no repeated step
+
+        tab(page, "compare").click()
+        page.get_by_role("button", name="Refresh").click()
+        page.get_by_role("button", name="Select all shown").click()
+        wait_lines(page, "#compare-curves", 1, points=250)  # the same run's curve, now to step 260
+        finals = page.locator("#compare-finals").get_by_role("row").filter(has_text=run_id[-6:])
+        expect(finals).to_contain_text("260", timeout=WAIT_MS)
+        assert_no_errors(page)
+        shoot(page, browser_app.runs_dir.parent / "continued.png", top="#compare-pick", settle_ms=500)
+
+
+def test_continuing_a_run_that_still_trains_is_refused_beside_the_button(browser_app):
+    from playwright.sync_api import expect
+
+    with chromium() as browser:
+        page = open_page(browser, browser_app.url, WAIT_MS)
+        fill(page, "#steps", "20000")
+        page.locator("#start-btn").click()
+        expect(page.locator("#progress")).to_contain_text("Running", timeout=WAIT_MS)
+        page.locator("#continue-btn").click()
+        note = page.locator("#continue-note")
+        expect(note).to_contain_text("Run", timeout=WAIT_MS)
+        expect(note).to_contain_text("wait for it to end (or stop it), then continue it")
+        page.locator("#stop-btn").click()
+        expect(page.locator("#progress")).to_contain_text("Stopped", timeout=WAIT_MS)
+        assert_no_errors(page)
