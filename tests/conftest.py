@@ -18,7 +18,7 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import pytest
 
@@ -64,12 +64,13 @@ def _answers(url: str) -> bool:
 
 
 @contextmanager
-def launch_app(folder: Path) -> Iterator[AppServer]:
-    """Start `python app.py` with its store in `folder/runs`; yield once it answers HTTP."""
+def launch_app(folder: Path, extra_env: Optional[dict[str, str]] = None) -> Iterator[AppServer]:
+    """Start `python app.py` with its store in `folder/runs` (and `extra_env`); yield once it answers HTTP."""
     runs_dir, log_path = folder / "runs", folder / "server.log"
     port = free_port()
     env = dict(os.environ, LAB_RUNS_DIR=str(runs_dir), GRADIO_SERVER_PORT=str(port),
-               GRADIO_SERVER_NAME="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
+               GRADIO_SERVER_NAME="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1",
+               **(extra_env or {}))
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
     server = AppServer(f"http://127.0.0.1:{port}", runs_dir, log_path, proc)

@@ -105,3 +105,29 @@ def test_stop_reaches_a_run_between_chunks(ctx):
 def test_other_failures_are_not_taken_for_no_gpu():
     assert gpu.no_gpu_reason(ValueError("d_model: 3 is not divisible")) is None
     assert gpu.no_gpu_reason(gr.Error("GPU task aborted", title="ZeroGPU worker error")).startswith("ZeroGPU worker")
+
+
+def test_the_start_gpu_event_streams_its_updates(tmp_path, monkeypatch):
+    """Gradio streams a generator's updates only when the registered function is one (a plain wrapper
+    returning a generator failed every click on a ZeroGPU Space)."""
+    import inspect
+
+    import app
+    from ui.knobs import KNOBS
+
+    monkeypatch.setattr(gpu, "CHUNK_S", 0.05)
+    store = RunStore(tmp_path / "runs")
+    jobs = JobManager(store, max_concurrent=1, mode="thread")
+    try:
+        demo = app.build_demo(store, jobs)
+        fn = next(f.fn for f in demo.fns.values() if f.api_name == "start_gpu")
+        assert inspect.isgeneratorfunction(fn)
+        values = {"task": "copy", "max_len": 4, "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "steps": 20,
+                  "eval_every": 10}
+        updates = list(fn(*(values.get(k.url_key, k.default()) for k in KNOBS), [], "u1"))
+        run_id = updates[0][0].value
+        assert updates[0][1] == [run_id] and updates[0][3].startswith("⚡ Waiting for a GPU")
+        assert updates[-1][3] == "⚡ Trained on the CPU in chunks of 0 s: completed at step 20."
+        assert store.status(run_id)["state"] == "completed"
+    finally:
+        jobs.shutdown(wait=True)

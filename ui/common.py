@@ -55,9 +55,14 @@ def with_api_params(fn: Callable, names: list[str]) -> Callable:
     """Give a *args callback real parameter names, so the API (gradio_client) shows them."""
     params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any) -> Any:
-        return fn(*args)
+    if inspect.isgeneratorfunction(fn):  # gradio streams a generator's outputs: the wrapper must be one too
+        @functools.wraps(fn)
+        def wrapper(*args: Any) -> Any:
+            yield from fn(*args)
+    else:
+        @functools.wraps(fn)
+        def wrapper(*args: Any) -> Any:
+            return fn(*args)
 
     wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     return wrapper
