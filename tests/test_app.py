@@ -130,3 +130,11 @@ def test_invalid_knobs_give_one_line_naming_the_field(demo, case, fields):
     assert any(message.startswith(f"⚠️ **{LABELS[f]}**") for f in fields), message
     root = demo.lab_context.store.root
     assert not root.exists() or not any(root.iterdir()), "an invalid config created a run folder"
+
+
+def test_every_child_of_the_tab_bar_is_a_tab(demo):
+    """A component made directly under gr.Tabs (a gr.State, a timer) is taken for a tab: the headers after
+    it show the wrong labels (clicking Compare relabelled Inspect "Compare", and the browser tests timed out)."""
+    tabs = next(b for b in demo.blocks.values() if isinstance(b, gr.Tabs) and b.elem_id == "tabs")
+    kinds = [type(child).__name__ for child in tabs.children]
+    assert kinds and all(k == "Tab" for k in kinds), kinds

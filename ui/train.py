@@ -163,6 +163,9 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                 build_share_panel(widgets, ctx.jobs.limits.max_upload_bytes)
                 grid = build_grid_panel(ctx, widgets, my_runs, owner)
         timer = gr.Timer(POLL_S, active=False)
+        # inside the tab: a component made directly under gr.Tabs is taken for a tab, and every tab header
+        # after it shows the wrong label
+        seen = gr.State({})  # what this page's last poll sent (ui/live.py)
     inputs = [widgets[k] for k in KNOB_KEYS]
 
     names = [k.url_key for k in KNOBS]
@@ -201,7 +204,6 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                     lambda vals: config_from_values(_values(vals)), problem, names + ["my_runs", "owner"])
 
     frames = FrameCache(live_frames)  # shared by every page: a run's curves computed once per change
-    seen = gr.State({})  # what this page's last poll sent (ui/live.py)
 
     @errors_as_messages
     def on_poll(run_id: Optional[str], last: Any):
