@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -17,14 +16,9 @@ from typing import Any
 from lab.config import RunConfig, TrainConfig
 from lab.records import EvalRecord, StepRecord
 from lab.engine.store import RunStore
+from results import free_port  # benchmarks/results.py (run_all puts this folder on the path)
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _answers(url: str) -> bool:
@@ -49,7 +43,7 @@ def cold_start(rounds: int = 2) -> dict[str, Any]:
         subprocess.run([sys.executable, "-c", "import gradio, torch"], check=True, cwd=REPO)
         bare.append(time.perf_counter() - t0)
         with tempfile.TemporaryDirectory() as tmp:
-            port = _free_port()
+            port = free_port()
             t0 = time.perf_counter()
             proc = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=_env(tmp, port),
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -79,7 +73,7 @@ def app_vs_cli(steps: int = 1000, rounds: int = 2) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(tmp)
         demo = build_demo(store, JobManager(store, max_concurrent=2))
-        port = _free_port()
+        port = free_port()
         demo.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
         try:
             client = Client(f"http://127.0.0.1:{port}/", verbose=False)

@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,20 +32,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from light_client import LightClient, queued_endpoints  # noqa: E402
 from procstats import cpu_seconds, server_tracebacks, tree_rss  # noqa: E402
+from results import RESULTS, free_port, write_block  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "RESULTS.md"
 START, END = "<!-- classroom_load:start -->", "<!-- classroom_load:end -->"
 SMALL = {"task": "copy", "max_len": 4, "d_model": 32, "n_heads": 2, "n_layers": 2, "steps": 100}
 TIMEOUT_S = 60.0
 LIMIT_FIELDS = ("Runs per user", "Queue", "Steps", "Model size")  # a clear refusal names one (its UI label)
 QUEUE_FULL = "Queue is full"  # Gradio's refusal when its queue holds max_size waiting events
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -277,15 +269,10 @@ def table(r: dict[str, Any]) -> str:
 
 def write_results(r: dict[str, Any], path: Path = RESULTS) -> None:
     """Replace this benchmark's marked section of RESULTS.md (other sections are left alone)."""
-    section = (f"{START}\n## Classroom load (`python benchmarks/classroom_load.py`)\n\n"
+    section = ("## Classroom load (`python benchmarks/classroom_load.py`)\n\n"
                f"{time.strftime('%Y-%m-%d', time.gmtime())}, {r['cpus']} CPU cores shared with other jobs (timings "
-               f"are noisy), LAB_PUBLIC=1 defaults, {SMALL['steps']}-step copy runs, polls by {r['client']}.\n\n{table(r)}\n{END}")
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    if START in text and END in text:
-        text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: section, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
+               f"are noisy), LAB_PUBLIC=1 defaults, {SMALL['steps']}-step copy runs, polls by {r['client']}.\n\n{table(r)}")
+    write_block(START, END, section, path)
 
 
 def main(argv: list[str] | None = None) -> int:

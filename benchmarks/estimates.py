@@ -19,7 +19,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,18 +30,13 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-RESULTS = REPO / "benchmarks" / "RESULTS.md"
+from results import RESULTS, free_port, write_block  # noqa: E402  (benchmarks/results.py)
+
 START, END = "<!-- estimates:start -->", "<!-- estimates:end -->"
 GRID = {"axis1": "PE", "values1": "rope, alibi", "axis2": "norm", "values2": "pre, post", "axis3": "", "values3": ""}
 GRID_STEPS = 300
 TOLERANCE = 0.35
 DONE = ("completed", "stopped", "failed", "interrupted")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def answers(url: str) -> bool:
@@ -201,19 +195,14 @@ def write_results(rows: list[dict[str, Any]], total_s: float, path: Path = RESUL
     import torch
 
     ok = sum(r["ok"] for r in rows)
-    section = (f"{START}\n## Time estimates against click-to-done (`python benchmarks/estimates.py`)\n\n"
+    section = ("## Time estimates against click-to-done (`python benchmarks/estimates.py`)\n\n"
                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} CPU cores shared with other "
                f"jobs, torch {torch.__version__}; {total_s:.0f} s in all. Every preset (its card's estimate) and a "
                f"2x2 grid of {GRID_STEPS} steps (the grid preview's), one after another through the real app; "
                f"measured from the click to the last run's end in the store. **{ok} of {len(rows)} within ±35%.**\n\n"
                f"{table(rows)}\n\nWhat the app said, in order:\n\n"
-               + "\n".join(f"- {r['item']}: {r['text']}" for r in rows) + f"\n{END}")
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    if START in text and END in text:
-        text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: section, text, flags=re.S)
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    path.write_text(text)
+               + "\n".join(f"- {r['item']}: {r['text']}" for r in rows))
+    write_block(START, END, section, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,9 +62,11 @@ from lab.tasks import Batch  # noqa: E402
 from lab.trainer import build_model, make_optimizer, train_step  # noqa: E402
 
 try:
-    from benchmarks.throughput import CONFIGS, N_CTX, TASK, TASK_VOCAB, TRAIN, quantile  # python -m benchmarks.optim_step
+    from benchmarks.results import RESULTS, write_block  # python -m benchmarks.optim_step
+    from benchmarks.throughput import CONFIGS, N_CTX, TASK, TASK_VOCAB, TRAIN, quantile
 except ImportError:
-    from throughput import CONFIGS, N_CTX, TASK, TASK_VOCAB, TRAIN, quantile  # python benchmarks/optim_step.py
+    from results import RESULTS, write_block  # python benchmarks/optim_step.py
+    from throughput import CONFIGS, N_CTX, TASK, TASK_VOCAB, TRAIN, quantile
 
 HERE = Path(__file__).resolve().parent
 START, END = "<!-- optim_step:start -->", "<!-- optim_step:end -->"
@@ -259,15 +261,9 @@ def table(rows: list[dict]) -> list[str]:
                     "median over the rounds (as the steps); % of step = the saving / lab's step. " + dev + ". " + rs + "."] + ([""] + notes if notes else [])
 
 
-def write_results(body: str, path: Path = HERE / "RESULTS.md") -> None:
+def write_results(body: str, path: Path = RESULTS) -> None:
     """Replace this benchmark's block of RESULTS.md (appended if it has none); other blocks stay."""
-    block = f"{START}\n{body.rstrip()}\n{END}"
-    text = path.read_text() if path.exists() else "# Benchmark results\n"
-    if START in text and END in text:
-        text = text[:text.index(START)] + block + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
+    write_block(START, END, body, path)
 
 
 def run(configs: list[str], quick: bool = False, device: torch.device | None = None) -> list[dict]:

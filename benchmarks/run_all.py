@@ -34,6 +34,7 @@ import torch  # noqa: E402
 import throughput  # noqa: E402
 import training_bench as tb  # noqa: E402
 from lab.config import POS_ENCODINGS  # noqa: E402
+from results import RESULTS, write_block  # noqa: E402
 
 START, END = "<!-- run_all:start -->", "<!-- run_all:end -->"
 SECTIONS = ("throughput", "presets", "concurrency", "batched", "app_vs_cli", "cold_start", "compare", "inspect",
@@ -181,16 +182,9 @@ TITLES = {"throughput": "Training throughput against the baseline (CPU)", "prese
           "optim_step": "Optimiser step: lab.optim against torch's public API (benchmarks/optim_step.py)"}
 
 
-def write_results(body: str, path: Path = HERE / "RESULTS.md") -> None:
-    block = f"{START}\n{body.rstrip()}\n{END}"
-    text = path.read_text() if path.exists() else (
-        "# Benchmark results\n\nWritten by the benchmark commands; each keeps its own section between its "
-        "markers.\n\n")
-    if START in text and END in text:
-        text = text[:text.index(START)] + block + text[text.index(END) + len(END):]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
+def write_results(body: str, path: Path = RESULTS) -> None:
+    """Replace this benchmark's block of RESULTS.md (appended if it has none); other blocks stay."""
+    write_block(START, END, body, path)
 
 
 def main(argv: list[str] | None = None) -> int:
