@@ -15,11 +15,6 @@ POINTS = """(sel) => Math.max(0, ...[...document.querySelectorAll(sel + ' g.mark
     .map(p => ((p.getAttribute('d') || '').match(/L/g) || []).length + 1))"""
 
 
-def tab(page, tab_id: str):
-    """A tab's button on the tab bar (Gradio keeps a hidden copy of each for its overflow menu)."""
-    return page.locator(f"button[role=tab][data-tab-id={tab_id}]:visible").first
-
-
 def test_a_completed_run_trains_200_more_steps_and_its_curve_extends(browser_app):
     from playwright.sync_api import expect
 
@@ -31,13 +26,13 @@ def test_a_completed_run_trains_200_more_steps_and_its_curve_extends(browser_app
         expect(progress).to_contain_text("Completed after 60 steps", timeout=WAIT_MS)
         run_id = page.locator("#run-pick input").input_value()
 
-        tab(page, "compare").click()
+        page.get_by_role("tab", name="Compare").click()
         page.get_by_role("button", name="Select all shown").click()
         wait_lines(page, "#compare-curves", 1, points=55)
         before = page.evaluate(POINTS, "#compare-curves")
         assert 55 <= before <= 60, before
 
-        tab(page, "train").click()
+        page.get_by_role("tab", name="Train").click()
         fill(page, "#continue-steps", "200")
         page.locator("#continue-btn").click()
         expect(progress).to_contain_text("Completed after 260 steps", timeout=WAIT_MS)
@@ -47,7 +42,7 @@ def test_a_completed_run_trains_200_more_steps_and_its_curve_extends(browser_app
                  if json.loads(line)["kind"] == "train"]
         assert steps == sorted(set(steps)) and steps[-1] == 260  # one curve, no repeated step
 
-        tab(page, "compare").click()
+        page.get_by_role("tab", name="Compare").click()
         page.get_by_role("button", name="Refresh").click()
         page.get_by_role("button", name="Select all shown").click()
         wait_lines(page, "#compare-curves", 1, points=250)  # the same run's curve, now to step 260
