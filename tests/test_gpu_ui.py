@@ -131,3 +131,28 @@ def test_the_start_gpu_event_streams_its_updates(tmp_path, monkeypatch):
         assert store.status(run_id)["state"] == "completed"
     finally:
         jobs.shutdown(wait=True)
+
+
+def test_train_on_gpu_is_admitted_as_start_is_and_refused_before_any_run_exists(tmp_path):
+    """The server's limits apply to Train on GPU as to Start (a class could otherwise bypass the per-user
+    limit): a user at the limit is refused with the limit named, and no run folder is made."""
+    import threading
+
+    from lab.config import ConfigError
+    from lab.engine.limits import Limits
+    from tests.test_jobs import FakeTrainer
+
+    gate = threading.Event()
+    store = RunStore(tmp_path / "runs")
+    limits = Limits(public=True, max_runs_per_user=1)
+    jobs = JobManager(store, max_concurrent=1, train_fn=FakeTrainer(gate=gate), limits=limits)
+    owner = "u" * 32
+    try:
+        jobs.submit(tiny(steps=5), owner=owner)  # the user's one live run
+        before = sorted(p.name for p in store.root.iterdir())
+        with pytest.raises(ConfigError, match="runs per user|Runs per user"):
+            next(gpu.train_on_gpu(AppContext(store, jobs), tiny(steps=5), owner))
+        assert sorted(p.name for p in store.root.iterdir()) == before
+    finally:
+        gate.set()
+        jobs.shutdown(wait=True)

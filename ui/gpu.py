@@ -21,7 +21,6 @@ import gradio as gr
 from lab.config import ConfigError, RunConfig
 from lab.engine.chunks import Chunk, request_stop, run_chunk, train_in_chunks
 from lab.engine.environment import detect
-from lab.engine.limits import check_config
 from ui.common import AppContext, with_api_params
 
 log = logging.getLogger("lab.app")
@@ -76,7 +75,7 @@ def _to_cpu(ctx: AppContext, run_id: str, owner: str) -> int:
 
 def train_on_gpu(ctx: AppContext, cfg: RunConfig, owner: str) -> Iterator[tuple[str, str]]:
     """Create the run and train it in GPU chunks; yields (run id, a sentence for the page) as it goes."""
-    check_config(ctx.jobs.limits, cfg)  # the server's step and size limits (ConfigError naming the field)
+    ctx.jobs.admit(cfg, owner)  # the server's limits, as for Start (LimitError naming the limit)
     run_id = ctx.store.create(cfg, owner=owner)
     yield run_id, "⚡ Waiting for a GPU…"
     done = False

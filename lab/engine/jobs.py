@@ -41,10 +41,8 @@ class JobManager(JobSlots):
         with self._cond:
             if self._closed:
                 raise RuntimeError("job manager: shut down; no new runs accepted")
-            live = sum(1 for j in self._jobs.values() if j.owner == owner and j.state in LIVE_STATES)
             for cfg in cfgs:
-                check_admission(self.limits, cfg, owner, live + self._admitting.get(owner, 0),
-                                len(self._queue) + sum(self._admitting.values()), n=len(cfgs))
+                self._admit(cfg, owner, len(cfgs))
             self._admitting[owner] = self._admitting.get(owner, 0) + len(cfgs)
         ids: list[str] = []
         try:
@@ -87,9 +85,7 @@ class JobManager(JobSlots):
                 raise ConfigError("run", f"{run_id!r} is {job.state}; wait for it to end (or stop it), then "
                                   "continue it")
             plan = continuation.plan(self.store, run_id, steps, owner if self.limits.public else None, self.limits)
-            live = sum(1 for j in self._jobs.values() if j.owner == owner and j.state in LIVE_STATES)
-            check_admission(self.limits, plan.cfg, owner, live + self._admitting.get(owner, 0),
-                            len(self._queue) + sum(self._admitting.values()))
+            self._admit(plan.cfg, owner)
             continuation.queue(self.store, plan)
             self._jobs[run_id] = _Job(run_id, owner, plan.cfg.train.steps, cfg=plan.cfg, continuing=True)
             self._queue.append(run_id)
@@ -97,10 +93,22 @@ class JobManager(JobSlots):
             self._cond.notify_all()
         return run_id
 
+    def admit(self, cfg: RunConfig, owner: str = "") -> None:
+        """LimitError if the server's limits would refuse one more run like `cfg` from `owner` now: for runs
+        created outside the queue (Train on GPU, ui/gpu.py), which `adopt` may later take."""
+        with self._cond:
+            self._admit(cfg, owner)
+
+    def _admit(self, cfg: RunConfig, owner: str, n: int = 1) -> None:
+        """The admission check of `n` runs like `cfg` (lock held): per-user and queue limits, size, steps."""
+        live = sum(1 for j in self._jobs.values() if j.owner == owner and j.state in LIVE_STATES)
+        check_admission(self.limits, cfg, owner, live + self._admitting.get(owner, 0),
+                        len(self._queue) + sum(self._admitting.values()), n=n)
+
     def adopt(self, run_id: str, owner: str = "") -> str:
         """Queue a run the store already holds as queued but no manager trains: a new run whose GPU chunk
         never started (lab/engine/chunks.py), or a continuation queued for one; it goes on from its checkpoint
-        if it has one. Admission limits apply as to a new run (LimitError)."""
+        if it has one. It was admitted when it was created (`admit`): refusing it now would strand it."""
         self.store.path(run_id)  # RunIdError for anything that is not a run id
         status = self.store.status(run_id)
         if status.get("state") != "queued":
@@ -113,9 +121,6 @@ class JobManager(JobSlots):
             job = self._jobs.get(run_id)
             if job is not None and job.state in LIVE_STATES:
                 return run_id
-            live = sum(1 for j in self._jobs.values() if j.owner == owner and j.state in LIVE_STATES)
-            check_admission(self.limits, cfg, owner, live + self._admitting.get(owner, 0),
-                            len(self._queue) + sum(self._admitting.values()))
             self._jobs[run_id] = _Job(run_id, owner, steps, cfg=cfg, continuing=bool(status.get("continue_steps")))
             self._queue.append(run_id)
             self._start_worker_if_needed()
