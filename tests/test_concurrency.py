@@ -33,7 +33,7 @@ def long_cfg(steps: int = 20_000) -> RunConfig:
     return replace(CFG, train=replace(CFG.train, steps=steps, eval_every=100_000))
 
 
-def boom(cfg, on_record=None, should_stop=None, threads=None):
+def boom(cfg, on_record=None, should_stop=None, threads=None, **_):
     """A train_fn that fails inside the worker process (module level, so the child can import it)."""
     raise RuntimeError("exploded in the worker:\n  line two")
 

@@ -185,7 +185,7 @@ class PacedTrainer:
         self.reported = threading.Semaphore(0)
 
     def __call__(self, cfg: RunConfig, on_record: Callable | None = None,
-                 should_stop: Callable[[], bool] | None = None, threads: int | None = None) -> FakeResult:
+                 should_stop: Callable[[], bool] | None = None, threads: int | None = None, **_: Any) -> FakeResult:
         emit, c = on_record or (lambda r: None), cost(cfg)
         upto = int(cfg.train.steps * self.stop_at)
         for step in range(1, upto + 1):

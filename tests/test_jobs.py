@@ -49,7 +49,7 @@ class FakeTrainer:
         self.active = self.peak = 0
 
     def __call__(self, cfg: RunConfig, on_record: Callable | None = None,
-                 should_stop: Callable[[], bool] | None = None, threads: int | None = None) -> FakeResult:
+                 should_stop: Callable[[], bool] | None = None, threads: int | None = None, **_: Any) -> FakeResult:
         emit = on_record or (lambda r: None)
         with self.lock:
             self.calls.append({"name": cfg.name, "threads": threads, "thread": threading.get_ident()})

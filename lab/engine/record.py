@@ -11,7 +11,6 @@ process (lab/engine/worker.py).
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import time
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 STATUS_EVERY_S = 2.0  # how often a running job refreshes "step" in status.json
-TrainFn = Callable[..., Any]  # lab.trainer.train's signature (tests pass fakes)
+TrainFn = Callable[..., Any]  # lab.trainer.train's signature; a fake must accept (and may ignore) its keywords
 
 
 @dataclass(frozen=True)
@@ -90,15 +89,6 @@ def fail_runs(store: RunStore, run_ids: Sequence[str], error: str, state: str = 
     return {rid: Outcome(state, error) for rid in run_ids}
 
 
-def _accepts(fn: Callable[..., Any], name: str) -> bool:
-    """Whether `fn` takes the keyword `name` (the trainer does; the tests' fake trainers may not)."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.name == name or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
 def record_runs(
     store: RunStore,
     run_ids: Sequence[str],
@@ -139,12 +129,9 @@ def record_runs(
         else:
             if train_fn is None:
                 from lab.trainer import train as train_fn
-            extra: dict[str, Any] = {"resume": resume[1]} if resume is not None else {}
-            if _accepts(train_fn, "on_checkpoint"):
-                extra["on_checkpoint"] = saves[0]
-            if stop_at is not None:
-                extra["stop_at"] = stop_at
-            results = [train_fn(cfgs[0], on_record=recorders[0], should_stop=halts[0], threads=threads, **extra)]
+            results = [train_fn(cfgs[0], on_record=recorders[0], should_stop=halts[0], threads=threads,
+                                on_checkpoint=saves[0], resume=resume[1] if resume is not None else None,
+                                stop_at=stop_at)]
         for rid, result in zip(run_ids, results):
             store.save_weights(rid, result.state_dict)
             store.write_summary(rid, summary_of(result))
