@@ -178,6 +178,10 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
           api_name="clear_start_note",
           queue=False)  # a changed knob may be what a refused Start named: its note goes (in the browser)
 
+    def remembered(runs: list, run_id: str) -> list:
+        """The runs this browser remembers: the new one first, then up to 49 of the others."""
+        return [run_id] + [r for r in runs[:200] if is_run_id(ctx, r) and r != run_id][:49]
+
     @errors_as_messages
     def on_start(*args: Any):
         """Submit the run; a refused config or a server limit answers in the note beside Start (naming the
@@ -188,17 +192,13 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
             run_id = ctx.jobs.submit(cfg, owner=who if isinstance(who, str) else "")
         except ConfigError as exc:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip(), problem(exc)
-        runs = [r for r in (runs if isinstance(runs, list) else [])[:200] if is_run_id(ctx, r) and r != run_id]
-        runs = [run_id] + runs[:49]
+        runs = remembered(runs if isinstance(runs, list) else [], run_id)
         return (gr.Dropdown(choices=runs, value=run_id), runs, progress_text(ctx, run_id)[1], gr.Timer(active=True),
                 "")
 
     start.click(with_api_params(on_start, names + ["my_runs", "owner"]), inputs=inputs + [my_runs, owner],
                 outputs=[run_pick, my_runs, progress, timer, note], api_name="start", preprocess=False,
                 show_progress_on=[note])
-
-    def remembered(runs: list, run_id: str) -> list:
-        return [run_id] + [r for r in runs[:200] if is_run_id(ctx, r) and r != run_id][:49]
 
     wire_gpu_button(ctx, gpu_btn, inputs + [my_runs, owner], remembered, [run_pick, my_runs, timer, note],
                     lambda vals: config_from_values(_values(vals)), problem, names + ["my_runs", "owner"])
