@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from lab.engine import continuation
@@ -51,6 +50,10 @@ def request_stop(store: RunStore, run_id: str) -> None:
 
 def stop_requested(store: RunStore, run_id: str) -> bool:
     return (store.path(run_id) / STOP_FILE).exists()
+
+
+def _clear_stop(store: RunStore, run_id: str) -> None:
+    (store.path(run_id) / STOP_FILE).unlink(missing_ok=True)
 
 
 def queue_next(store: RunStore, run_id: str, total: int) -> None:
@@ -89,7 +92,7 @@ def run_chunk(runs_dir: str, run_id: str, seconds: float, threads: Optional[int]
     else:
         state = "paused"
     if state != "paused":
-        Path(store.path(run_id) / STOP_FILE).unlink(missing_ok=True)
+        _clear_stop(store, run_id)
     return Chunk(run_id, result.steps_done, total, state, result.device, time.monotonic() - t0)
 
 
@@ -104,7 +107,7 @@ def train_in_chunks(store: RunStore, run_id: str, seconds: float, call: ChunkCal
     while True:
         chunk = call(str(store.root), run_id, seconds)
         if not chunk.done and stop_requested(store, run_id):  # asked to stop as the chunk's time ran out
-            (store.path(run_id) / STOP_FILE).unlink(missing_ok=True)
+            _clear_stop(store, run_id)
             chunk = Chunk(run_id, chunk.step, chunk.total, "stopped", chunk.device, chunk.seconds)
         if not chunk.done:
             queue_next(store, run_id, chunk.total)  # between chunks the run reads queued
