@@ -48,17 +48,22 @@ class Inbox:
             if self.stops is stops:
                 self.root, self.stops = None, {}
 
+    def app_died(self) -> None:
+        """The app is gone (a pipe to it closed): leave the current job's runs readable as interrupted and
+        end this process. Whichever notices first, the listener or a record that cannot be sent, calls it:
+        a send failing first used to end the training with an exception, recorded as the run's failure."""
+        with self.lock:
+            root, run_ids = self.root, list(self.stops)
+        if root is not None:
+            fail_runs(RunStore(Path(root)), run_ids, "the app stopped while this run was training", "interrupted")
+        os._exit(3)
+
     def _listen(self) -> None:
         while True:
             try:
                 msg = self.ctrl.recv()
-            except (EOFError, OSError):  # the app died: leave the runs readable as interrupted
-                with self.lock:
-                    root, run_ids = self.root, list(self.stops)
-                if root is not None:
-                    fail_runs(RunStore(Path(root)), run_ids, "the app stopped while this run was training",
-                              "interrupted")
-                os._exit(3)
+            except (EOFError, OSError):
+                self.app_died()
             if isinstance(msg, RunJob):
                 stops = {rid: threading.Event() for rid in msg.run_ids}
                 with self.lock:
@@ -71,8 +76,9 @@ class Inbox:
 
 
 def train_job(job: RunJob, stops: dict[str, threading.Event], events: Any,
-              finished: Callable[[dict[str, threading.Event]], None]) -> None:
-    """Train the runs of one job, reporting progress and each run's end on `events`."""
+              finished: Callable[[dict[str, threading.Event]], None], app_died: Callable[[], None]) -> None:
+    """Train the runs of one job, reporting progress and each run's end on `events` (`app_died` when the
+    app can no longer be told)."""
     store = RunStore(Path(job.root))
     send_lock = threading.Lock()
 
@@ -80,14 +86,20 @@ def train_job(job: RunJob, stops: dict[str, threading.Event], events: Any,
         def send(rec: Record) -> None:
             if isinstance(rec, StepRecord):
                 with send_lock:
-                    events.send(Progress(rid, rec))
+                    try:
+                        events.send(Progress(rid, rec))
+                    except OSError:  # BrokenPipeError: the app died
+                        app_died()
         return send
 
     ends = outcomes(store, list(job.run_ids), {r: e.is_set for r, e in stops.items()}, job.threads,
                     {r: relay(r) for r in job.run_ids}, job.train_fn)
     finished(stops)  # before Finished: the app may send the next job as soon as it has read it
-    for rid, end in ends.items():
-        events.send(Finished(rid, end.state, end.error))
+    try:
+        for rid, end in ends.items():
+            events.send(Finished(rid, end.state, end.error))
+    except OSError:  # the app died as the job ended: its runs are recorded already
+        app_died()
     store.close()
 
 
@@ -107,7 +119,7 @@ def main(argv: list[str]) -> int:
     inbox = Inbox(ctrl)
     while True:
         job, stops = inbox.jobs.get()
-        train_job(job, stops, events, inbox.finished)
+        train_job(job, stops, events, inbox.finished, inbox.app_died)
 
 
 if __name__ == "__main__":
