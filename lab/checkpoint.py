@@ -43,7 +43,7 @@ from typing import Any, Optional
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save as _to_bytes
 from torch import Tensor
 
 from lab.device import BatchSource
@@ -131,9 +131,8 @@ def _header(ck: Checkpoint) -> dict[str, Any]:
             "stop_snapshot": ck.stop_snapshot}
 
 
-def save(ck: Checkpoint, path: str | Path) -> None:
-    """Write `ck` to `path` (the caller makes it atomic: lab/engine/continuation.py writes a temp file and
-    renames it)."""
+def to_bytes(ck: Checkpoint) -> bytes:
+    """`ck` as the bytes of a safetensors file (the caller writes them atomically: lab/engine/continuation.py)."""
     s = ck.state
     tensors = {f"model.{k}": v for k, v in s.weights.items()}
     for prefix, part in (("adam.exp_avg.", s.exp_avg), ("adam.exp_avg_sq.", s.exp_avg_sq), ("adam.step.", s.adam_step)):
@@ -142,7 +141,7 @@ def save(ck: Checkpoint, path: str | Path) -> None:
     for key, value in (("rng.torch", s.rng_torch), ("rng.device", s.rng_device)):
         if value is not None:
             tensors[key] = value
-    save_file({k: _cpu(v) for k, v in tensors.items()}, str(path), metadata={HEADER_KEY: json.dumps(_header(ck))})
+    return _to_bytes({k: _cpu(v) for k, v in tensors.items()}, metadata={HEADER_KEY: json.dumps(_header(ck))})
 
 
 def read_header(path: str | Path) -> dict[str, Any]:

@@ -264,3 +264,44 @@ def test_sweep_without_probes_judges_temp_names_by_pid(store, monkeypatch):
 
     monkeypatch.setattr(liveness, "_lock_descriptor", no_locks)
     assert store.sweep() == 1 and alive.exists() and not dead.exists()
+
+
+@pytest.mark.slow
+def test_a_writer_killed_mid_save_leaves_only_temp_files_the_sweep_removes(store):
+    """SIGKILL, three times, a process that keeps saving weights and snapshots of some MB: whatever the
+    moment, every temp file left carries its writer's name (safetensors' own save_file renames an unnamed
+    `.tmpXXXXXX`, which the crash test once found surviving a restart), and a sweep leaves none."""
+    run_id = store.create(CFG)
+    code = f"""
+import numpy as np, torch
+from lab.engine.store import RunStore
+from lab.records import SnapshotRecord
+s = RunStore({str(store.root)!r})
+big, snap = {{"w": torch.randn(4000, 2500)}}, SnapshotRecord(step=1, patterns={{"p": np.zeros((2000, 2000), np.float16)}})
+print("ready", flush=True)
+while True:
+    s.save_weights({run_id!r}, big)
+    s.save_snapshot({run_id!r}, snap)
+"""
+    folder = store.path(run_id)
+    for pause in (0.4, 0.9, 1.3):
+        proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(pause)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        left = [p.name for p in (*folder.glob(".*"), *(folder / "attention").glob(".*"))]
+        assert all(name.endswith(".tmp") and ".w" in name for name in left), left  # all named after a writer
+        store.sweep()
+        assert [p.name for p in (*folder.glob(".*"), *(folder / "attention").glob(".*"))] == []
+
+
+def test_sweep_removes_unnamed_safetensors_temp_files_of_earlier_versions(store):
+    run_id = store.create(CFG)
+    (store.path(run_id) / "attention").mkdir()
+    old = [store.path(run_id) / ".tmp1LujpJ", store.path(run_id) / "attention" / ".tmpAb3dE9"]
+    for path in old:
+        path.write_bytes(b"\0" * 10)
+    keep = store.path(run_id) / ".tmpnotes"  # not safetensors' name pattern: not ours to judge
+    keep.write_text("x")
+    assert store.sweep() == 2 and not any(p.exists() for p in old) and keep.exists()

@@ -32,7 +32,7 @@ from lab.checkpoint import Checkpoint
 from lab.config import ConfigError, RunConfig
 from lab.engine.limits import Limits, check_config
 from lab.engine.store import LIVE_STATES, RunStore
-from lab.engine.storefs import DamagedRunError, _atomic, _atomic_write, safetensors_problem, temp_tag
+from lab.engine.storefs import DamagedRunError, _atomic_write, safetensors_problem, temp_tag
 
 CHECKPOINT = "checkpoint.safetensors"
 
@@ -51,7 +51,7 @@ class Plan:
 def save_checkpoint(store: RunStore, run_id: str, ck: Checkpoint) -> None:
     """Replace the run's checkpoint with `ck`, atomically (the only one kept is the latest)."""
     path = store.path(run_id) / CHECKPOINT
-    _atomic(path, lambda tmp: ckpt.save(ck, tmp), temp_tag(store.root))
+    _atomic_write(path, ckpt.to_bytes(ck), temp_tag(store.root))
 
 
 def checkpoint_step(store: RunStore, run_id: str) -> Optional[int]:

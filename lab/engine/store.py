@@ -33,13 +33,13 @@ from typing import Any, BinaryIO
 import numpy as np
 import pandas as pd
 import torch
-from safetensors.numpy import load_file as _np_load, save_file as _np_save
-from safetensors.torch import load_file as _pt_load, save_file as _pt_save
+from safetensors.numpy import load_file as _np_load, save as _np_bytes
+from safetensors.torch import load_file as _pt_load, save as _pt_bytes
 
 from lab.config import ConfigError, RunConfig, flatten
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
 from lab.engine.liveness import stamp, stamp_alive
-from lab.engine.storefs import (DamagedRunError, RunIdError, RunNotFoundError, _atomic, _atomic_write, _check_step,
+from lab.engine.storefs import (DamagedRunError, RunIdError, RunNotFoundError, _atomic_write, _check_step,
                                 _dumps, _flatten_summary, _read_json, _safe_load, jsonl_problem, last_step, now_iso,
                                 safetensors_problem, sweep, temp_tag)
 
@@ -252,8 +252,9 @@ class RunStore:
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"state_dict[{key!r}]: expected a tensor, got {type(value).__name__}")
             tensors[key] = value.detach().to("cpu", copy=True).contiguous()
-        _atomic(self._existing(run_id) / "weights.safetensors", lambda tmp: _pt_save(tensors, tmp),
-                temp_tag(self.root))
+        # serialised in memory, then our atomic write: safetensors' own save_file renames a `.tmpXXXXXX`
+        # file of its own, which a SIGKILL leaves behind with no writer's name on it for the sweep
+        _atomic_write(self._existing(run_id) / "weights.safetensors", _pt_bytes(tensors), temp_tag(self.root))
 
     def load_weights(self, run_id: str) -> dict[str, torch.Tensor]:
         """The final weights (safetensors: tensors only, nothing is unpickled or executed)."""
@@ -268,7 +269,7 @@ class RunStore:
         folder = self._existing(run_id) / "attention"
         folder.mkdir(exist_ok=True)
         arrays = {k: np.ascontiguousarray(v, dtype=np.float16) for k, v in rec.patterns.items()}
-        _atomic(folder / f"step_{rec.step:07d}.safetensors", lambda tmp: _np_save(arrays, tmp), temp_tag(self.root))
+        _atomic_write(folder / f"step_{rec.step:07d}.safetensors", _np_bytes(arrays), temp_tag(self.root))
 
     def snapshot_steps(self, run_id: str) -> list[int]:
         folder = self._existing(run_id) / "attention"

@@ -106,6 +106,9 @@ def _check_step(step: Any) -> None:
 
 # ---- leftovers of a crash -------------------------------------------------------
 _LEFTOVER = re.compile(r"^\..*\.(w\d+-[0-9a-f]{12})\.[^.]*\.(tmp|new)$")
+# safetensors' own save_file (0.7+) writes `.tmpXXXXXX` and renames it; earlier versions of this store let it,
+# so a SIGKILL mid-save left one with no writer's name. Nothing writes such a name now: any found is dead.
+_UNTAGGED_TMP = re.compile(r"^\.tmp[A-Za-z0-9]{6}$")
 _LEFTOVER_PID = re.compile(r"^\..*\.p(\d+)-(\d+)\.[^.]*\.(tmp|new)$")  # named before writers held locks
 
 
@@ -154,8 +157,8 @@ def sweep(root: Path) -> int:
             removed += 1
         elif not name.startswith(".") and entry.is_dir(follow_symlinks=False):
             for folder in (Path(entry.path), Path(entry.path) / "attention"):
-                for child in folder.glob(".*.tmp") if folder.is_dir() else ():
-                    if _abandoned(child.name, root):
+                for child in folder.glob(".*") if folder.is_dir() else ():
+                    if _abandoned(child.name, root) or _UNTAGGED_TMP.match(child.name):
                         child.unlink(missing_ok=True)
                         removed += 1
     return removed + sweep_locks(root)
