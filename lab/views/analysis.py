@@ -81,7 +81,7 @@ def parse_probe(cfg: RunConfig, text: str) -> ProbeInput:
         raise ConfigError("probe", f"{bad[0]!r} is not a symbol of task {tc.name!r} (allowed: {allowed})")
     tokens = torch.tensor([[names[p] for p in parts]])  # (1, n)
     if task.lm:
-        batch = Batch(inp=tokens, tgt=torch.full_like(tokens, IGNORE_INDEX))
+        batch = Batch(inp=tokens, tgt=typed_lm_targets(task.name, tokens))
     else:
         expected = task.prompt_len(tc, tc.max_len)
         if task.name == "addition" and (tokens.shape[1] % 2 == 0 or (tokens[0] == 10).sum() != 1
@@ -95,6 +95,18 @@ def parse_probe(cfg: RunConfig, text: str) -> ProbeInput:
         raise ConfigError("probe", f"is {longest} tokens long (allowed: at most the run's context length, "
                                    f"n_ctx={cfg.model.n_ctx})")
     return labelled(cfg, batch)
+
+
+def typed_lm_targets(task_name: str, tokens: torch.Tensor) -> torch.Tensor:
+    """Next-token targets of a typed language-model sequence (1, n): the typed next token, except at the
+    last position (unknown). For induction only the positions a repeat makes predictable are scored: the
+    current token occurred before and the token after it then is the one typed next (Olsson et al. 2022)."""
+    seq = tokens[0].tolist()
+    tgt = [IGNORE_INDEX] * len(seq)
+    for t in range(len(seq) - 1):
+        if task_name != "induction" or any(seq[j] == seq[t] and seq[j + 1] == seq[t + 1] for j in range(t)):
+            tgt[t] = seq[t + 1]
+    return torch.tensor([tgt])  # (1, n)
 
 
 @torch.no_grad()

@@ -1,0 +1,266 @@
+"""Interventions on a trained model at inference: knock out attention heads, skip sublayers or whole
+blocks, remove or shuffle the positional encoding. Each is a hook on the one model class
+(lab/model.py), put on for a `with applied(model, spec):` block and taken off after it, so the stored
+weights never change and no second model class exists.
+
+- Head knockout (zero or mean ablation): the head's slice of the concatenated head outputs, the input
+  of the attention's output projection, is replaced by zeros or by its mean over a held-out set
+  (Michel et al. 2019, "Are Sixteen Heads Really Better than One?"; mean ablation as in
+  TransformerLens and Wang et al. 2022, "Interpretability in the Wild"). Zeroing every head of a
+  sublayer leaves its output as the projection's bias alone.
+- Skipping a sublayer: its residual update is removed, and with post-LN the norm after it too, so the
+  residual stream passes through unchanged. Skipping a block skips all of its sublayers.
+- Positional encoding: "none" makes every encoding a no-op (no vector added, no rotation, no bias);
+  "shuffle" gives the T positions of a sequence a fixed random order of position ids, which each
+  encoding then uses as if they were the positions (Haviv et al. 2022 study the former).
+
+Head and layer names: "L.H" is decoder self-attention (the only stack of a decoder-only model);
+"enc.L.H" and "cross.L.H" address an encoder-decoder's encoder and cross-attention.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from typing import Iterator, Literal, Optional
+
+import torch
+from torch import Tensor, nn
+
+from lab.fields import ConfigError
+from lab.model import Block, Transformer
+
+Kind = Literal["enc_self", "dec_self", "cross"]
+KIND_PREFIX = {"dec_self": "", "enc_self": "enc.", "cross": "cross."}
+POSITIONAL = ("intact", "none", "shuffle")
+MODES = ("zero", "mean")
+_HEAD = re.compile(r"^(?:(enc|cross)\.)?(\d+)\.(\d+)$")
+_LAYER = re.compile(r"^(?:(enc)\.)?(\d+)$")
+
+
+@dataclass(frozen=True, order=True)
+class HeadRef:
+    kind: Kind
+    layer: int
+    head: int
+
+    def __str__(self) -> str:
+        return f"{KIND_PREFIX[self.kind]}{self.layer}.{self.head}"
+
+
+@dataclass(frozen=True, order=True)
+class LayerRef:
+    stack: Literal["enc", "dec"]
+    layer: int
+
+    def __str__(self) -> str:
+        return f"{'enc.' if self.stack == 'enc' else ''}{self.layer}"
+
+
+@dataclass(frozen=True)
+class Interventions:
+    """What to change at inference; the empty spec is the intact model."""
+
+    heads: tuple[HeadRef, ...] = ()
+    mode: Literal["zero", "mean"] = "zero"
+    skip_attn: tuple[LayerRef, ...] = ()
+    skip_ff: tuple[LayerRef, ...] = ()
+    skip_block: tuple[LayerRef, ...] = ()
+    positional: Literal["intact", "none", "shuffle"] = "intact"
+    shuffle_seed: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not (self.heads or self.skip_attn or self.skip_ff or self.skip_block) and self.positional == "intact"
+
+    def describe(self) -> list[str]:
+        """One line per intervention, for tables and JSON ("knock out head 1.0 (zero)")."""
+        out = [f"knock out head {h} ({self.mode})" for h in self.heads]
+        out += [f"skip attention of layer {r}" for r in self.skip_attn]
+        out += [f"skip feed-forward of layer {r}" for r in self.skip_ff]
+        out += [f"skip block {r}" for r in self.skip_block]
+        if self.positional != "intact":
+            out.append("remove the positional encoding" if self.positional == "none"
+                       else "shuffle the positional encoding")
+        return out
+
+    def check(self, model: Transformer) -> None:
+        """ConfigError naming the field when a head or layer does not exist in `model`."""
+        cfg = model.cfg
+        kinds = {"dec_self"} | ({"enc_self", "cross"} if model.encoder is not None else set())
+        for h in self.heads:
+            if h.kind not in kinds or not (0 <= h.layer < cfg.n_layers and 0 <= h.head < cfg.n_heads):
+                raise ConfigError("Heads", f"{h} is not a head of this model (allowed: layer.head with layer "
+                                           f"0-{cfg.n_layers - 1} and head 0-{cfg.n_heads - 1}"
+                                           f"{', prefixed enc. or cross.' if len(kinds) > 1 else ''})")
+        for label, refs in (("Skip attention", self.skip_attn), ("Skip feed-forward", self.skip_ff),
+                            ("Skip block", self.skip_block)):
+            for r in refs:
+                if (r.stack == "enc" and model.encoder is None) or not 0 <= r.layer < cfg.n_layers:
+                    raise ConfigError(label, f"{r} is not a layer of this model (allowed: 0-{cfg.n_layers - 1})")
+        if self.skip_ff and cfg.d_ff == 0:
+            raise ConfigError("Skip feed-forward", "this model has no feed-forward sublayers (d_ff = 0)")
+        if self.mode not in MODES:
+            raise ConfigError("Knockout", f"{self.mode!r} is not one of {', '.join(MODES)}")
+        if self.positional not in POSITIONAL:
+            raise ConfigError("Positional encoding", f"{self.positional!r} is not one of {', '.join(POSITIONAL)}")
+
+
+def parse_heads(text: str) -> tuple[HeadRef, ...]:
+    """"1.0,1.2 cross.0.1" -> HeadRefs (ConfigError naming "Heads" otherwise)."""
+    out = []
+    for part in (p for p in re.split(r"[\s,]+", text.strip()) if p):
+        m = _HEAD.match(part)
+        if m is None:
+            raise ConfigError("Heads", f"{part!r} is not a head (allowed: layer.head like 1.0, or enc.1.0 / cross.1.0)")
+        kind = {"enc": "enc_self", "cross": "cross", None: "dec_self"}[m.group(1)]
+        out.append(HeadRef(kind, int(m.group(2)), int(m.group(3))))
+    return tuple(sorted(set(out)))
+
+
+def parse_layers(text: str, label: str) -> tuple[LayerRef, ...]:
+    """"0,1" or "enc.0" -> LayerRefs (ConfigError naming `label` otherwise)."""
+    out = []
+    for part in (p for p in re.split(r"[\s,]+", str(text).strip()) if p):
+        m = _LAYER.match(part)
+        if m is None:
+            raise ConfigError(label, f"{part!r} is not a layer (allowed: a layer number like 0, or enc.0)")
+        out.append(LayerRef("enc" if m.group(1) else "dec", int(m.group(2))))
+    return tuple(sorted(set(out)))
+
+
+def _blocks(model: Transformer, stack: str) -> nn.ModuleList:
+    return model.encoder if stack == "enc" else model.decoder
+
+
+def _attn(model: Transformer, kind: str, layer: int) -> nn.Module:
+    block = _blocks(model, "enc" if kind == "enc_self" else "dec")[layer]
+    return block.cross_attn if kind == "cross" else block.self_attn
+
+
+@torch.no_grad()
+def head_means(model: Transformer, batches: list) -> dict[tuple[str, int], Tensor]:
+    """(kind, layer) -> (d_model,) mean over every sample and position of the concatenated head outputs
+    (the output projection's input) of the intact model on `batches`: what mean ablation puts in."""
+    sums: dict[tuple[str, int], Tensor] = {}
+    counts: dict[tuple[str, int], int] = {}
+    handles = []
+    kinds = ["dec_self"] + (["enc_self", "cross"] if model.encoder is not None else [])
+    for kind in kinds:
+        for layer in range(model.cfg.n_layers):
+            def grab(mod, args, key=(kind, layer)):
+                y = args[0].reshape(-1, args[0].shape[-1])  # (B*T, d)
+                sums[key] = sums.get(key, 0) + y.sum(0)
+                counts[key] = counts.get(key, 0) + y.shape[0]
+            handles.append(_attn(model, kind, layer).out_proj.register_forward_pre_hook(grab))
+    try:
+        for b in batches:
+            model(b.inp, b.src)
+    finally:
+        for h in handles:
+            h.remove()
+    return {k: sums[k] / counts[k] for k in sums}
+
+
+def _knockout_hook(heads: list[int], d_head: int, mean: Optional[Tensor]):
+    def hook(mod, args):
+        y = args[0]
+        B, T, d = y.shape
+        y = y.reshape(B, T, d // d_head, d_head).clone()  # (B, T, H, dh)
+        for h in heads:
+            y[:, :, h] = 0.0 if mean is None else mean.view(-1, d_head)[h]
+        return (y.reshape(B, T, d),)  # (B, T, d)
+    return hook
+
+
+def _skip_sublayer(module: nn.Module, norm: nn.Module, post: bool, handles: list) -> None:
+    """The sublayer adds nothing to the residual stream; with post-LN its norm passes the sum through."""
+    def zero(mod, args, out):
+        return (torch.zeros_like(out[0]), out[1]) if isinstance(out, tuple) else torch.zeros_like(out)
+    handles.append(module.register_forward_hook(zero))
+    if post:
+        handles.append(norm.register_forward_hook(lambda mod, args, out: args[0]))
+
+
+def _sublayers(block: Block) -> dict[str, tuple[nn.Module, nn.Module]]:
+    """name -> (module, its norm), in the block's order (norms: self, cross, ff)."""
+    mods = [("attn", block.self_attn)] + ([("cross", block.cross_attn)] if block.cross_attn is not None else [])
+    mods += [("ff", block.ff)] if block.ff is not None else []
+    return {name: (mod, norm) for (name, mod), norm in zip(mods, block.norms)}
+
+
+@contextlib.contextmanager
+def applied(model: Transformer, spec: Interventions,
+            means: Optional[dict[tuple[str, int], Tensor]] = None) -> Iterator[Transformer]:
+    """The model with `spec`'s hooks on, for the block's duration (`means` from `head_means` for mean
+    ablation). The hooks come off however the block ends."""
+    spec.check(model)
+    if spec.mode == "mean" and spec.heads and means is None:
+        raise ValueError("mean ablation needs `means` (head_means over a held-out set)")
+    handles: list = []
+    patched: list[str] = []
+    post = model.cfg.norm == "post"
+    try:
+        by_site: dict[tuple[str, int], list[int]] = {}
+        for h in spec.heads:
+            by_site.setdefault((h.kind, h.layer), []).append(h.head)
+        for (kind, layer), heads in by_site.items():
+            mean = None if spec.mode == "zero" else means[(kind, layer)]
+            out_proj = _attn(model, kind, layer).out_proj
+            handles.append(out_proj.register_forward_pre_hook(_knockout_hook(heads, model.cfg.d_head, mean)))
+        for refs, names in ((spec.skip_attn, ("attn",)), (spec.skip_ff, ("ff",)),
+                            (spec.skip_block, ("attn", "cross", "ff"))):
+            for r in refs:
+                subs = _sublayers(_blocks(model, r.stack)[r.layer])
+                for name in names:
+                    if name in subs:
+                        _skip_sublayer(*subs[name], post, handles)
+        if spec.positional != "intact":
+            patched = _patch_positional(model, spec.positional, spec.shuffle_seed)
+        yield model
+    finally:
+        for h in handles:
+            h.remove()
+        for name in patched:
+            delattr(model.pos, name)  # back to the class's own method
+
+
+def _patch_positional(model: Transformer, how: str, seed: int) -> list[str]:
+    """Shadow the encoding's embed / rotate / attn_bias with instance attributes; returns their names."""
+    pe = model.pos
+    if how == "none":
+        pe.embed = lambda x: x
+        pe.rotate = lambda q, k: (q, k)
+        pe.attn_bias = lambda t_q, t_k, causal, device: None
+        return ["embed", "rotate", "attn_bias"]
+    cls = type(pe)
+
+    def order(t: int) -> Tensor:
+        return torch.randperm(t, generator=torch.Generator().manual_seed(seed + t))  # (t,) position ids
+
+    def embed(x: Tensor) -> Tensor:
+        t = x.shape[1]
+        shifted = cls.embed(pe, torch.zeros(1, t, x.shape[2], dtype=x.dtype, device=x.device))  # (1, T, d)
+        return x + shifted[:, order(t).to(x.device)]  # each position gets another's vector
+
+    def rotate(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        t = q.shape[-2]
+        if t != k.shape[-2]:
+            return cls.rotate(pe, q, k)
+        inv = torch.argsort(order(t)).to(q.device)
+        q2, k2 = cls.rotate(pe, q[..., inv, :], k[..., inv, :])  # position p rotated by angle p ...
+        perm = order(t).to(q.device)
+        return q2[..., perm, :], k2[..., perm, :]  # ... then put back: token i rotated by order[i]
+
+    def attn_bias(t_q: int, t_k: int, causal: bool, device: torch.device) -> Optional[Tensor]:
+        bias = cls.attn_bias(pe, t_q, t_k, False, device)
+        if bias is None or t_q != t_k:
+            return cls.attn_bias(pe, t_q, t_k, causal, device)
+        perm = order(t_q).to(device)
+        bias = bias[:, perm][:, :, perm]  # (H, T, T): distances between the shuffled ids
+        if causal:
+            bias = bias.masked_fill(torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(1), float("-inf"))
+        return bias
+
+    pe.embed, pe.rotate, pe.attn_bias = embed, rotate, attn_bias
+    return ["embed", "rotate", "attn_bias"]

@@ -1,0 +1,219 @@
+"""What a trained model answers, and how interventions change it (pure functions behind Inspect, the
+CLI's `ablate` and `sample`, and the Learn page on interventions).
+
+- `greedy_answer`: the model's answer to one input, decoded greedily token by token (each token fed
+  back), with its probability, the right answer beside it and right or wrong. Language-model tasks
+  are read as next-token predictions at every scored position (teacher forcing).
+- `generate`: free generation from a prompt for decoder-only runs (temperature, number of tokens;
+  a sliding context window as minGPT's `generate`).
+- `ablation_report`: held-out metrics of the intact and the intervened model (lab/interventions.py).
+- `importance_map`: layers x heads, how much knocking out each head alone changes held-out loss and
+  exact-match, one forward pass per head over a fixed held-out batch (Michel et al. 2019).
+- `logit_lens`: what the model would predict if the stack stopped after each layer: the residual
+  stream through the final norm and the head (nostalgebraist 2020, "interpreting GPT: the logit lens").
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from lab.config import ConfigError, RunConfig
+from lab.interventions import HeadRef, Interventions, applied, head_means
+from lab.model import Transformer
+from lab.tasks import IGNORE_INDEX, Batch, eval_batches, get_task
+
+HELD_OUT = 256  # sequences in the fixed held-out batch of the importance map and ablation reports
+
+
+def held_out(cfg: RunConfig, split: str = "eval", n: int = HELD_OUT) -> list[Batch]:
+    """The fixed held-out batches ("eval": training lengths, "ood": longer ones; [] where none)."""
+    task = get_task(cfg.task.name)
+    if split == "ood" and not task.has_ood:
+        return []
+    return eval_batches(cfg.task, cfg.model.arch, split, n)
+
+
+@torch.no_grad()
+def metrics(model: Transformer, batches: list[Batch]) -> Optional[dict[str, float]]:
+    """{"loss", "token_accuracy", "exact_match"} over the scored positions of `batches` (None if none)."""
+    from lab.trainer import evaluate  # one definition of the held-out metrics
+
+    if not batches:
+        return None
+    loss, acc, exact = evaluate(model, batches, torch.device("cpu"))
+    return {"loss": loss, "token_accuracy": acc, "exact_match": exact}
+
+
+def means_for(model: Transformer, cfg: RunConfig, spec: Interventions):
+    """Head means over the held-out set when `spec` asks for mean ablation, else None."""
+    return head_means(model, held_out(cfg)) if spec.mode == "mean" and spec.heads else None
+
+
+def ablation_report(model: Transformer, cfg: RunConfig, spec: Interventions, n: int = HELD_OUT) -> dict:
+    """{"intact": {"eval": .., "ood": ..}, "ablated": {...}, "interventions": [..]}: held-out metrics at
+    training lengths and at longer ones (None where the task has none), before and with `spec`."""
+    spec.check(model)
+    splits = {s: held_out(cfg, s, n) for s in ("eval", "ood")}
+    intact = {s: metrics(model, b) for s, b in splits.items()}
+    with applied(model, spec, means_for(model, cfg, spec)):
+        ablated = {s: metrics(model, b) for s, b in splits.items()}
+    return {"intact": intact, "ablated": ablated, "interventions": spec.describe()}
+
+
+# ---- the model's answer -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AnswerToken:
+    predicted: str
+    probability: float  # of the predicted token
+    expected: Optional[str]  # None where the position is not scored (language models)
+    right: Optional[bool]
+
+
+@dataclass(frozen=True)
+class Answer:
+    tokens: tuple[AnswerToken, ...]
+    greedy: bool  # decoded token by token (seq2seq); False: next-token predictions (language models)
+
+    @property
+    def scored(self) -> list[AnswerToken]:
+        return [t for t in self.tokens if t.right is not None]
+
+    @property
+    def exact(self) -> bool:
+        return bool(self.scored) and all(t.right for t in self.scored)
+
+
+def _first_scored(tgt: torch.Tensor) -> int:
+    scored = (tgt[0] != IGNORE_INDEX).nonzero()
+    return int(scored[0]) if len(scored) else tgt.shape[1]
+
+
+@torch.no_grad()
+def greedy_answer(model: Transformer, cfg: RunConfig, batch: Batch) -> Answer:
+    """The model's answer to the first sample of `batch` (made by the task's layout or parse_probe)."""
+    task = get_task(cfg.task.name)
+    label = lambda t: task.label(cfg.task, int(t))  # noqa: E731
+    inp, tgt = batch.inp[:1], batch.tgt[:1]
+    src = None if batch.src is None else batch.src[:1]
+    if task.lm:
+        probs = model(inp, src).logits[0].softmax(-1)  # (T, vocab)
+        out = []
+        for t in range(inp.shape[1]):
+            p, tok = probs[t].max(-1)
+            want = int(tgt[0, t])
+            known = want != IGNORE_INDEX
+            out.append(AnswerToken(label(tok), float(p), label(want) if known else None,
+                                   (int(tok) == want) if known else None))
+        return Answer(tuple(out), greedy=False)
+    start = _first_scored(tgt)  # the answer's first token is predicted at this position
+    ctx = inp[:, : start + 1]  # (1, prompt + SEP) or (1, SEP) for an encoder-decoder
+    out = []
+    for t in range(start, tgt.shape[1]):
+        probs = model(ctx, src).logits[0, -1].softmax(-1)  # (vocab,)
+        p, tok = probs.max(-1)
+        want = int(tgt[0, t])
+        out.append(AnswerToken(label(tok), float(p), label(want), int(tok) == want))
+        ctx = torch.cat([ctx, tok.view(1, 1)], 1)  # (1, T + 1): its own answer is fed back
+    return Answer(tuple(out), greedy=True)
+
+
+@torch.no_grad()
+def generate(model: Transformer, cfg: RunConfig, prompt: torch.Tensor, n_tokens: int,
+             temperature: float = 1.0, seed: int = 0) -> list[int]:
+    """`n_tokens` new tokens after `prompt` (1, T) from a decoder-only model: sampled at `temperature`
+    (0: greedy), the context cropped to the last n_ctx tokens."""
+    if cfg.model.arch != "decoder":
+        raise ConfigError("Generate", "free generation needs a decoder run (an encoder-decoder answers its input only)")
+    if not 1 <= n_tokens <= 1000:
+        raise ConfigError("Tokens to generate", f"{n_tokens} (allowed: 1 to 1000)")
+    if not (math.isfinite(temperature) and 0 <= temperature <= 5):
+        raise ConfigError("Temperature", f"{temperature} (allowed: 0 to 5; 0 is greedy)")
+    gen = torch.Generator().manual_seed(seed)
+    idx, new = prompt[:1], []
+    for _ in range(n_tokens):
+        logits = model(idx[:, -cfg.model.n_ctx:]).logits[0, -1]  # (vocab,)
+        if temperature == 0:
+            tok = logits.argmax()
+        else:
+            tok = torch.multinomial((logits / temperature).softmax(-1), 1, generator=gen)[0]
+        new.append(int(tok))
+        idx = torch.cat([idx, tok.view(1, 1)], 1)
+    return new
+
+
+# ---- head importance ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ImportanceMap:
+    kind: str  # "dec_self", "enc_self" or "cross"
+    loss: np.ndarray  # (layers, heads): held-out loss with that head knocked out
+    exact: np.ndarray  # (layers, heads): exact-match with it knocked out
+    intact_loss: float
+    intact_exact: float
+    mode: str
+
+    def ranked(self) -> list[tuple[HeadRef, float]]:
+        """Heads by how much their knockout raises the loss, most first: (head, loss increase)."""
+        rise = self.loss - self.intact_loss
+        order = np.argsort(-rise, axis=None, kind="stable")
+        return [(HeadRef(self.kind, int(i) // rise.shape[1], int(i) % rise.shape[1]), float(rise.flat[i]))
+                for i in order]
+
+    def sentence(self) -> str:
+        """"knocking out layer 1 head 0 raises loss from 0.60 to 2.90" for the head ranked first."""
+        top, _ = self.ranked()[0]
+        return (f"knocking out layer {top.layer} head {top.head} raises held-out loss from {self.intact_loss:.2f} "
+                f"to {self.loss[top.layer, top.head]:.2f} (exact-match {self.intact_exact:.0%} to "
+                f"{self.exact[top.layer, top.head]:.0%})")
+
+
+def importance_map(model: Transformer, cfg: RunConfig, kind: str = "dec_self", mode: str = "zero",
+                   n: int = HELD_OUT) -> ImportanceMap:
+    """Each head of one attention kind knocked out alone, over one fixed held-out batch of `n` sequences."""
+    batches = held_out(cfg, "eval", n)
+    means = head_means(model, batches) if mode == "mean" else None
+    intact = metrics(model, batches)
+    L, H = cfg.model.n_layers, cfg.model.n_heads
+    loss, exact = np.zeros((L, H)), np.zeros((L, H))
+    for layer in range(L):
+        for head in range(H):
+            with applied(model, Interventions(heads=(HeadRef(kind, layer, head),), mode=mode), means):
+                m = metrics(model, batches)
+            loss[layer, head], exact[layer, head] = m["loss"], m["exact_match"]
+    return ImportanceMap(kind, loss, exact, intact["loss"], intact["exact_match"], mode)
+
+
+# ---- logit lens -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Lens:
+    rows: tuple[str, ...]  # "embedding", "after layer 0", ...
+    top: tuple[tuple[str, ...], ...]  # (rows, T) labels of the most likely next token
+    top_prob: np.ndarray  # (rows, T)
+    target_prob: np.ndarray  # (rows, T): probability of the right next token (nan where not scored)
+
+
+@torch.no_grad()
+def logit_lens(model: Transformer, cfg: RunConfig, batch: Batch) -> Lens:
+    """For the first sample: the decoder's residual stream after the embedding and after each block,
+    through the final norm and the head."""
+    task = get_task(cfg.task.name)
+    streams: list[torch.Tensor] = []
+    first = model.decoder[0].register_forward_pre_hook(lambda mod, args: streams.append(args[0][:1]))
+    rest = [b.register_forward_hook(lambda mod, args, out: streams.append(out[0][:1])) for b in model.decoder]
+    try:
+        model(batch.inp[:1], None if batch.src is None else batch.src[:1])
+    finally:
+        for h in [first, *rest]:
+            h.remove()
+    probs = torch.stack([model.head(model.dec_norm(s))[0].softmax(-1) for s in streams])  # (L + 1, T, vocab)
+    top_prob, top = probs.max(-1)  # (L + 1, T)
+    tgt = batch.tgt[0]
+    scored = tgt != IGNORE_INDEX
+    target = probs.gather(-1, tgt.clamp(min=0)[None, :, None].expand(len(streams), -1, 1))[..., 0]  # (L + 1, T)
+    target = torch.where(scored[None, :], target, torch.full_like(target, float("nan")))
+    labels = tuple(tuple(task.label(cfg.task, int(t)) for t in row) for row in top)
+    rows = ("embedding",) + tuple(f"after layer {i}" for i in range(cfg.model.n_layers))
+    return Lens(rows, labels, top_prob.numpy(), target.numpy())
