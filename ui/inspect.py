@@ -26,6 +26,7 @@ from lab.config import ConfigError, flatten
 from lab.views.analysis import allowed_symbols, attention, load_model, parse_probe, positional_view, sampled_probe
 from lab.views.plots import KIND_TITLES, attention_grid, pca_figure, positional_figure
 from ui.common import AppContext, errors_as_messages, short_label, with_api_params
+from ui.intervene import build_intervene_panel
 
 KINDS = ("enc_self", "dec_self", "cross")
 SOURCES = ("sampled", "typed")
@@ -228,6 +229,7 @@ def build_inspect_tab(ctx: AppContext) -> gr.Tab:
         caption = gr.Markdown(elem_id="inspect-caption")
         # the figures carry their own titles: a label above them would repeat (and cover) them
         plots = [gr.Plot(label=KIND_TITLES[k], show_label=False, visible=False, elem_id=f"attn-{k}") for k in KINDS]
+        build_intervene_panel(ctx, run, source, text)  # the answer, interventions, head importance, logit lens
         gr.Markdown("### Positional encodings, side by side")
         with gr.Row():
             sides = []

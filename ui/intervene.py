@@ -1,0 +1,165 @@
+"""Inspect's intervention panel (issue 15), for the run and probe input picked above it: the model's answer
+token by token (and free generation for decoder runs); interventions applied on a button, with their effect
+on the held-out metrics, the answer and the attention; the head importance map (a click on a cell knocks
+that head out); the logit lens. All of it runs on the run's final weights (snapshots hold attention only).
+
+One page event draws every panel (`panel_update`), so its draws apply in order, and the panels remember the
+run and input they show (a gr.State): an event that finds another run picked redraws every panel for it and
+applies nothing made with the previous run's controls, so no panel can keep another run's data. What each
+part shows is in ui/intervene_parts.py; the API's endpoints (`/answer`, `/intervene`, `/importance`,
+`/logit_lens`, `/generate`) take everything explicitly.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import gradio as gr
+
+from lab.views.probe_plots import head_at
+from ui.common import AppContext, errors_as_messages, with_api_params
+from ui.intervene_parts import (API, KINDS, MAX_TEXT, MODES, POSITIONAL, SEE_NOTE, MapCache, ablated_parts,
+                                answer_parts, api_call, cleared, cleared_ablated, compute_maps, controls, final_model,
+                                generated_text, importance_parts, lens_parts, page_probe, spec_from, table)
+
+TRIGGERS = {"inspect-run": "run", "inspect-source": "source", "inspect-text": "text", "intervene-apply": "apply",
+            "intervene-reset": "reset", "importance-btn": "importance", "importance-grid": "cell",
+            "generate-btn": "generate"}
+WEIGHTS_NOTE = ("Final weights (step {step}): the answer, interventions, head importance and logit lens use the "
+                "run's final weights (the snapshots saved during training hold attention only, not weights).")
+
+
+class PanelEvent(gr.EventData):
+    """What started the page event (its target's elem_id) and, for a click on the importance grid, the cell."""
+
+    def __init__(self, target: Any, data: Any) -> None:
+        super().__init__(target, data)
+        self.trigger = TRIGGERS.get(getattr(target, "elem_id", None) or "", "")
+        data = data if isinstance(data, dict) else {}
+        index, row = data.get("index"), data.get("row_value")
+        ok = isinstance(index, (list, tuple)) and len(index) == 2 and isinstance(row, list) and row
+        self.cell = (str(row[0]), f"head {int(index[1]) - 1}") if ok else None  # (row label, column)
+
+
+def panel_update(ctx: AppContext, cache: MapCache, trigger: str, shown: Any, run_id: Any, source: Any, text: Any,
+                 heads: Any = (), mode: Any = "zero", skip_ff: Any = (), skip_block: Any = (),
+                 positional: Any = "intact", prompt: Any = "", temperature: Any = 0.0, n_tokens: Any = 20,
+                 cell: Optional[tuple[str, str]] = None) -> dict[str, Any]:
+    """What the page shows after `trigger` ("run", "source", "text", "apply", "reset", "importance", "cell",
+    "generate"): output name -> value, for the outputs that change. `shown` is what the panels show
+    ("run id, source, text"); a run other than the shown one resets every panel and control first."""
+    if not run_id:
+        return cleared(None) | {"shown": ""}
+    ctx.store.path(run_id)  # RunIdError: not a run id
+    if trigger == "text":
+        if not (text or "").strip():
+            return {}
+        source = "typed"  # Enter in the box picks the typed input, as the attention view does
+    key = f"{run_id}\n{source}\n{text if source == 'typed' else ''}"
+    fresh = trigger == "run" or str(shown or "").split("\n")[0] != run_id
+    out: dict[str, Any] = {"shown": key}
+    if fresh:
+        cfg = ctx.store.config(run_id)
+        if ctx.store.summary(run_id) is None:
+            return out | cleared(cfg, "This run has no final weights yet: its answer, interventions and head "
+                                      "importance come when it finishes.")
+        out |= cleared(cfg)
+    cfg, model, step = final_model(ctx, run_id)
+    probe = page_probe(cfg, source, text)
+    if fresh or key != shown:
+        answer = answer_parts(cfg, model, probe) if probe else {"answer": table(), "answer_note": SEE_NOTE}
+        out |= {"weights_note": WEIGHTS_NOTE.format(step=step)} | answer | lens_parts(cfg, model, probe)
+        out |= cleared_ablated("" if fresh else "Press Apply to see this input with the interventions.")
+    if fresh:
+        maps = cache.get((run_id, step, "zero"))
+        out |= importance_parts(cfg, model, maps) if maps else {}
+        if trigger not in ("importance", "generate"):  # the other controls' values were the previous run's
+            return out
+    if trigger == "reset":
+        out |= controls(cfg) | cleared_ablated() | {"metrics": table(), "applied_note": ""}
+    elif trigger == "apply":
+        out |= ablated_parts(cfg, model, spec_from(heads, mode, skip_ff, skip_block, positional), probe)
+    elif trigger == "cell" and cell is not None and head_at(*cell) is not None:
+        picked = [str(head_at(*cell))]
+        out |= {"heads": picked} | ablated_parts(cfg, model, spec_from(picked, mode, skip_ff, skip_block, positional),
+                                                 probe)
+    elif trigger == "importance":
+        out |= importance_parts(cfg, model, compute_maps(ctx, cache, run_id, cfg, model, step,
+                                                         "zero" if fresh else mode))
+    elif trigger == "generate":
+        out["gen_out"] = generated_text(cfg, model, prompt, temperature, n_tokens)
+    return out
+
+
+def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, text: gr.Textbox) -> None:
+    """The panel, under Inspect's attention: it follows the run and probe input picked there."""
+    cache, c = MapCache(), {}  # c: output name -> component
+    c["shown"] = gr.State("")
+    gr.Markdown("### The model's answer")
+    c["weights_note"] = gr.Markdown(elem_id="answer-weights-note")
+    with gr.Row():
+        for name, label in (("answer", "Intact model"), ("ablated", "With interventions")):
+            with gr.Column(min_width=300):
+                c[f"{name}_note"] = gr.Markdown(elem_id=f"{name}-summary")
+                c[name] = gr.Dataframe(label=label, interactive=False, visible=False, max_height=360,
+                                       elem_id=f"{name}-table")
+    with gr.Column(visible=False) as c["gen_col"]:
+        with gr.Row():
+            prompt = gr.Textbox(label="Prompt", placeholder="e.g. 5 9 2 7 5 9", max_lines=1, max_length=MAX_TEXT,
+                                scale=3, min_width=240, elem_id="generate-prompt")
+            temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)", min_width=200,
+                                    elem_id="generate-temperature")
+            n_tokens = gr.Slider(1, 200, value=20, step=1, label="Tokens to generate", min_width=200,
+                                 elem_id="generate-n")
+            gen_btn = gr.Button("Generate", min_width=120, elem_id="generate-btn")
+        c["gen_out"] = gr.Textbox(label="Generated (after the prompt)", interactive=False, lines=2,
+                                  elem_id="generate-output")
+    gr.Markdown("### Interventions\nCompose them, then **Apply**. They act on the final weights at inference "
+                "(hooks on the model; the stored weights never change).")
+    with gr.Row():
+        c["heads"] = gr.CheckboxGroup([], label="Heads to knock out (layer.head)", scale=3, min_width=300,
+                                      elem_id="intervene-heads")
+        c["mode"] = gr.Radio(list(MODES), value="zero", label="Knockout", min_width=200, elem_id="intervene-mode",
+                             info="zero: the head outputs 0; mean: its mean over held-out data")
+    with gr.Row():
+        c["skip_ff"] = gr.CheckboxGroup([], label="Skip feed-forward (layers)", min_width=200,
+                                        elem_id="intervene-skip-ff")
+        c["skip_block"] = gr.CheckboxGroup([], label="Skip block (layers)", min_width=200,
+                                           elem_id="intervene-skip-block")
+        c["positional"] = gr.Radio(POSITIONAL, value="intact", label="Positional encoding", min_width=240,
+                                   elem_id="intervene-pos")
+    with gr.Row():
+        apply_btn = gr.Button("Apply", variant="primary", elem_id="intervene-apply")
+        reset_btn = gr.Button("Reset", elem_id="intervene-reset")
+    c["applied_note"] = gr.Markdown(elem_id="intervene-note")
+    c["metrics"] = gr.Dataframe(label="Held-out metrics", interactive=False, visible=False, elem_id="intervene-metrics")
+    for k in KINDS:  # the figures carry their own titles
+        c[f"attn_{k}"] = gr.Plot(show_label=False, visible=False, elem_id=f"ablated-attn-{k}")
+    gr.Markdown("### Head importance")
+    imp_btn = gr.Button("Compute head importance", elem_id="importance-btn")
+    c["grid_note"] = gr.Markdown(elem_id="importance-sentence")
+    c["grid"] = gr.Dataframe(label="Head importance (click a cell to knock that head out)", interactive=False,
+                             visible=False, elem_id="importance-grid")
+    gr.Markdown("### Logit lens")
+    c["lens_note"] = gr.Markdown(elem_id="lens-note")
+    c["lens"] = gr.Plot(show_label=False, visible=False, elem_id="logit-lens")
+
+    @errors_as_messages
+    def update(shown: Any, run_id: Any, source: Any, text: Any, heads: Any, mode: Any, skip_ff: Any,
+               skip_block: Any, positional: Any, prompt: Any, temperature: Any, n_tokens: Any, evt: PanelEvent):
+        out = panel_update(ctx, cache, evt.trigger, shown, run_id, source, text, heads, mode, skip_ff, skip_block,
+                           positional, prompt, temperature, n_tokens, evt.cell)
+        return {c[k]: v for k, v in out.items()}
+
+    inputs = [c["shown"], run, source, text, c["heads"], c["mode"], c["skip_ff"], c["skip_block"], c["positional"],
+              prompt, temperature, n_tokens]
+    # one event for every change, so its draws apply in order; preprocess=False: the checks name the field
+    gr.on([run.change, source.input, text.submit, apply_btn.click, reset_btn.click, imp_btn.click, c["grid"].select,
+           gen_btn.click], update, inputs=inputs, outputs=list(c.values()), api_name="intervene_view",
+          trigger_mode="always_last", preprocess=False,
+          show_progress_on=[c["answer"], c["metrics"], c["grid"], c["lens"], c["gen_out"]])
+    by_name = {"run_id": run, "source": source, "text": text, "prompt": prompt, "temperature": temperature,
+               "n_tokens": n_tokens} | c
+    for name, (params, outs) in API.items():  # API only: no trigger on the page
+        fn = errors_as_messages(lambda *a, n=name: api_call(ctx, cache, n, *a))
+        gr.on([], with_api_params(fn, params), inputs=[by_name[p] for p in params], outputs=[c[o] for o in outs],
+              api_name=name, preprocess=False)

@@ -1,0 +1,249 @@
+"""What each part of Inspect's intervention panel shows (ui/intervene.py lays them out and wires them): the
+model's answer, the held-out metrics, answer and attention under interventions, the head importance grid
+(maps cached per run in memory), the logit lens, free generation, and the intervention controls built for a
+run. Each part is a dict of output name -> value, so the page event sends only what changes; `api_call`
+gives the API's endpoints the same parts, with everything explicit. All of it uses the run's final weights.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Optional
+
+import gradio as gr
+
+from lab.config import ConfigError, RunConfig
+from lab.interventions import Interventions, applied, parse_heads, parse_layers
+from lab.model import Transformer
+from lab.tasks import IGNORE_INDEX, get_task
+from lab.views.analysis import ProbeInput, attention, load_model, parse_probe, sampled_probe
+from lab.views.plots import KIND_TITLES, attention_grid
+from lab.views.probe_plots import (answer_frame, answer_summary, importance_frame, importance_sentence,
+                                   lens_figure, metrics_frame, styled_answer)
+from lab.views.probing import ablation_report, generate, greedy_answer, importance_map, logit_lens, means_for
+from ui.common import AppContext
+
+KINDS = ("enc_self", "dec_self", "cross")
+POSITIONAL = [("intact", "intact"), ("removed", "none"), ("shuffled", "shuffle")]  # (label, value)
+MODES = ("zero", "mean")
+MAX_TEXT = 1000  # characters of a typed input or prompt
+MAX_MAPS = 16  # importance maps kept in memory (one per run, final step and knockout mode)
+LENS_NOTE = ("What the model would predict if the stack stopped after each layer: the decoder's residual stream "
+             "through the final norm and the head, for the probe input above.")
+SEE_NOTE = "Nothing to answer: see the note beside **Typed input**."
+
+
+
+class MapCache:
+    """Importance maps by (run id, final step, knockout mode); the MAX_MAPS most recently used are kept."""
+
+    def __init__(self, size: int = MAX_MAPS) -> None:
+        self._maps: OrderedDict[tuple, list] = OrderedDict()
+        self._lock = threading.Lock()
+        self.size = size
+
+    def get(self, key: tuple) -> Optional[list]:
+        with self._lock:
+            if key in self._maps:
+                self._maps.move_to_end(key)
+            return self._maps.get(key)
+
+    def put(self, key: tuple, maps: list) -> None:
+        with self._lock:
+            self._maps[key] = maps
+            self._maps.move_to_end(key)
+            while len(self._maps) > self.size:
+                self._maps.popitem(last=False)
+
+
+def final_model(ctx: AppContext, run_id: Any) -> tuple[RunConfig, Transformer, int]:
+    """(config, a fresh model with the run's final weights, the step they are from)."""
+    ctx.store.path(run_id)  # RunIdError: not a run id (no path tricks)
+    summary = ctx.store.summary(run_id)
+    if summary is None:
+        raise ConfigError("Run", "this run has no final weights yet: wait until it finishes")
+    cfg = ctx.store.config(run_id)
+    return cfg, load_model(cfg, ctx.store.load_weights(run_id)), int(summary.get("steps") or 0)
+
+
+def probe_input(cfg: RunConfig, source: Any, text: Any) -> ProbeInput:
+    if source not in ("sampled", "typed"):
+        raise ConfigError("Probe input", f"{source!r} is not one of sampled, typed")
+    if source == "sampled":
+        return sampled_probe(cfg)
+    if not isinstance(text, str) or len(text) > MAX_TEXT:
+        raise ConfigError("Typed input", f"must be text of at most {MAX_TEXT} characters")
+    try:
+        return parse_probe(cfg, text)
+    except ConfigError as exc:
+        raise ConfigError("Typed input", str(exc).split(": ", 1)[-1]) from None
+
+
+def _names(value: Any, label: str) -> str:
+    if value is None or isinstance(value, str):
+        return value or ""
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return ",".join(value)
+    raise ConfigError(label, "must be a list of names such as 1.0 (a head) or 0 (a layer)")
+
+
+def spec_from(heads: Any, mode: Any, skip_ff: Any, skip_block: Any, positional: Any) -> Interventions:
+    """The controls' values as an Interventions (ConfigError naming the control's label)."""
+    return Interventions(heads=parse_heads(_names(heads, "Heads")), mode=mode or "zero",
+                         skip_ff=parse_layers(_names(skip_ff, "Skip feed-forward"), "Skip feed-forward"),
+                         skip_block=parse_layers(_names(skip_block, "Skip block"), "Skip block"),
+                         positional=positional or "intact")
+
+
+# ---- the parts of the panel, by output name --------------------------------------------------------
+def table(value: Any = None, **kw: Any) -> gr.Dataframe:
+    return gr.Dataframe(value=value, visible=value is not None, **kw)
+
+
+def answer_parts(cfg: RunConfig, model: Transformer, probe: ProbeInput, name: str = "answer") -> dict[str, Any]:
+    """The answer table and its one-line summary (`name` and `name`_note) of `model` as it is now."""
+    answer = greedy_answer(model, cfg, probe.batch)
+    mark = "✓" if answer.exact else "✗"
+    how = "greedy, token by token" if answer.greedy else "next-token predictions"
+    who = "With interventions" if name == "ablated" else "Intact model"
+    return {name: table(styled_answer(answer_frame(answer, probe.dec_labels))),
+            f"{name}_note": f"**{who}: {mark} {answer_summary(answer)}** ({how})"}
+
+
+def _plots(patterns: Optional[dict], probe: Optional[ProbeInput]) -> dict[str, gr.Plot]:
+    if patterns is None:
+        return {f"attn_{k}": gr.Plot(None, visible=False) for k in KINDS}
+    labels = {"enc_self": (probe.src_labels, probe.src_labels), "dec_self": (probe.dec_labels, probe.dec_labels),
+              "cross": (probe.dec_labels, probe.src_labels)}
+    title = lambda k: KIND_TITLES[k] + ", with interventions"  # noqa: E731
+    return {f"attn_{k}": gr.Plot(attention_grid(patterns[k], *labels[k], title(k)), visible=True)
+            if k in patterns else gr.Plot(None, visible=False) for k in KINDS}
+
+
+def ablated_parts(cfg: RunConfig, model: Transformer, spec: Interventions, probe: Optional[ProbeInput]) -> dict:
+    """Held-out metrics intact vs with `spec`, and the probe's answer and attention with it."""
+    report = ablation_report(model, cfg, spec)
+    done = "; ".join(report["interventions"]) or "none chosen (both columns are the intact model)"
+    out = {"metrics": table(metrics_frame(report)), "applied_note": f"Interventions applied: {done}."}
+    if probe is None:
+        return out | cleared_ablated(SEE_NOTE)
+    with applied(model, spec, means_for(model, cfg, spec)):
+        out |= answer_parts(cfg, model, probe, "ablated") | _plots(attention(model, probe.batch), probe)
+    return out
+
+
+def cleared_ablated(note: str = "") -> dict[str, Any]:
+    return {"ablated": table(), "ablated_note": note} | _plots(None, None)
+
+
+def lens_parts(cfg: RunConfig, model: Transformer, probe: Optional[ProbeInput]) -> dict[str, Any]:
+    if probe is None:
+        return {"lens": gr.Plot(None, visible=False), "lens_note": SEE_NOTE}
+    fig = lens_figure(logit_lens(model, cfg, probe.batch), probe.dec_labels)
+    return {"lens": gr.Plot(fig, visible=True), "lens_note": LENS_NOTE}
+
+
+def importance_parts(cfg: RunConfig, model: Transformer, maps: list) -> dict[str, Any]:
+    note = (f"**{importance_sentence(maps)}** Each cell: the change in held-out loss when that head alone is "
+            f"knocked out ({maps[0].mode}), then exact-match. Click a cell to knock that head out.")
+    return {"grid": table(importance_frame(maps)), "grid_note": note}
+
+
+def compute_maps(ctx: AppContext, cache: MapCache, run_id: str, cfg: RunConfig, model: Transformer, step: int,
+                 mode: Any) -> list:
+    """The importance maps of every attention kind of the run (cached per run, final step and mode)."""
+    if mode not in MODES:
+        raise ConfigError("Knockout", f"{mode!r} is not one of {', '.join(MODES)}")
+    key = (run_id, step, mode)
+    maps = cache.get(key)
+    if maps is None:
+        kinds = ("dec_self", "enc_self", "cross") if cfg.model.arch == "encoder-decoder" else ("dec_self",)
+        maps = [importance_map(model, cfg, kind, mode) for kind in kinds]
+        cache.put(key, maps)
+    return maps
+
+
+def generated_text(cfg: RunConfig, model: Transformer, prompt: Any, temperature: Any, n_tokens: Any) -> str:
+    """The tokens a decoder run writes after `prompt` (its task's input up to the separator, or a language
+    model's sequence), as labels."""
+    try:
+        temp, n = float(temperature), int(n_tokens)
+    except (TypeError, ValueError):
+        raise ConfigError("Temperature", "temperature and tokens to generate must be numbers") from None
+    if not (0 <= temp <= 2 and 1 <= n <= 200):
+        raise ConfigError("Temperature" if n == n_tokens else "Tokens to generate",
+                          "allowed: temperature 0 to 2 (0 is greedy), tokens to generate 1 to 200")
+    if not isinstance(prompt, str) or len(prompt) > MAX_TEXT:
+        raise ConfigError("Prompt", f"must be text of at most {MAX_TEXT} characters")
+    try:
+        batch = parse_probe(cfg, prompt).batch
+    except ConfigError as exc:
+        raise ConfigError("Prompt", str(exc).split(": ", 1)[-1]) from None
+    task = get_task(cfg.task.name)
+    scored = (batch.tgt[0] != IGNORE_INDEX).nonzero()
+    end = batch.inp.shape[1] if task.lm or not len(scored) else int(scored[0]) + 1  # up to and with the separator
+    new = generate(model, cfg, batch.inp[:, :end], n, temp)
+    return ("" if cfg.task.name == "text" else " ").join(task.label(cfg.task, t) for t in new)
+
+
+def controls(cfg: Optional[RunConfig]) -> dict[str, Any]:
+    """The intervention controls built for the run (values reset), and whether generation is offered."""
+    if cfg is None:
+        heads: list[str] = []
+        layers: list[str] = []
+        ff, decoder = True, False
+    else:
+        m, encdec = cfg.model, cfg.model.arch == "encoder-decoder"
+        heads = [f"{p}{layer}.{h}" for p in ("", "enc.", "cross.")[: 3 if encdec else 1]
+                 for layer in range(m.n_layers) for h in range(m.n_heads)]
+        layers = [f"{p}{layer}" for p in ("", "enc.")[: 2 if encdec else 1] for layer in range(m.n_layers)]
+        ff, decoder = m.d_ff > 0, not encdec
+    return {"heads": gr.CheckboxGroup(choices=heads, value=[]), "mode": "zero", "positional": "intact",
+            "skip_ff": gr.CheckboxGroup(choices=layers if ff else [], value=[], interactive=ff, label=(
+                "Skip feed-forward (layers)" if ff else "Skip feed-forward (none: d_ff = 0)")),
+            "skip_block": gr.CheckboxGroup(choices=layers, value=[]), "gen_col": gr.Column(visible=decoder)}
+
+
+def cleared(cfg: Optional[RunConfig], note: str = "") -> dict[str, Any]:
+    """Every panel empty, the controls built for `cfg`'s run."""
+    return controls(cfg) | cleared_ablated() | {
+        "weights_note": note, "answer": table(), "answer_note": "", "metrics": table(), "applied_note": "",
+        "grid": table(), "grid_note": "", "lens": gr.Plot(None, visible=False), "lens_note": "", "gen_out": ""}
+
+
+def page_probe(cfg: RunConfig, source: Any, text: Any) -> Optional[ProbeInput]:
+    """The probe input, or None for a typed input the note beside its box already refuses."""
+    try:
+        return probe_input(cfg, source, text)
+    except ConfigError:
+        if source != "typed":
+            raise
+        return None
+
+
+# ---- the page and the API --------------------------------------------------------------------------
+API = {  # endpoint -> (parameters, outputs by name); each takes everything explicitly
+    "answer": (["run_id", "source", "text"], ["answer", "answer_note"]),
+    "intervene": (["run_id", "source", "text", "heads", "mode", "skip_ff", "skip_block", "positional"],
+                  ["metrics", "ablated", "ablated_note", *(f"attn_{k}" for k in KINDS), "applied_note"]),
+    "importance": (["run_id", "mode"], ["grid", "grid_note"]),
+    "logit_lens": (["run_id", "source", "text"], ["lens", "lens_note"]),
+    "generate": (["run_id", "prompt", "temperature", "n_tokens"], ["gen_out"]),
+}
+
+
+def api_call(ctx: AppContext, cache: MapCache, name: str, run_id: Any, *args: Any) -> tuple:
+    """One API endpoint's outputs (`API`): the run's final weights, the probe or prompt, nothing remembered."""
+    cfg, model, step = final_model(ctx, run_id)
+    if name == "answer":
+        out = answer_parts(cfg, model, probe_input(cfg, *args))
+    elif name == "intervene":
+        out = ablated_parts(cfg, model, spec_from(*args[2:]), probe_input(cfg, *args[:2]))
+    elif name == "importance":
+        out = importance_parts(cfg, model, compute_maps(ctx, cache, run_id, cfg, model, step, args[0] or "zero"))
+    elif name == "logit_lens":
+        out = lens_parts(cfg, model, probe_input(cfg, *args))
+    else:
+        out = {"gen_out": generated_text(cfg, model, *args)}
+    values = tuple(out[k] for k in API[name][1])
+    return values if len(values) > 1 else values[0]
