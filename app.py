@@ -13,6 +13,7 @@ from typing import Optional
 import gradio as gr
 
 from lab.engine.backup import backup_dir, restore
+from lab.device import set_threads
 from lab.engine.environment import default_queue_size, detect
 from lab.engine.jobs import SPARE_DELAY_S, JobManager
 from lab.engine.limits import Limits
@@ -94,6 +95,10 @@ def main() -> None:
             flush=True)
     interrupted = store.recover()  # runs whose process died (a crashed server) are recorded as interrupted
     print(f"Running on {detect().describe()}", flush=True)  # slots, threads, batching, queue: one line
+    # the server computes only small views (Inspect, Learn, interventions): one torch thread, so that on a
+    # busy machine it never fights the training workers for cores (at 2 threads an importance map took 6 s
+    # where 1 thread took 0.2 s); the workers set their own thread counts
+    set_threads(1)
     jobs = JobManager(store, limits=limits, backup=backup)
     jobs.back_up(interrupted)
     jobs.warm_up(SPARE_DELAY_S)  # one worker process per training slot, started once the page is up

@@ -39,3 +39,28 @@ def test_mask_page_draws_every_bar_inside_its_axes(subject):
     bars = next(ax for ax in fig.axes if ax.get_title() == "largest change of the output logits")
     top = max(p.get_height() for p in bars.patches)
     assert bars.get_ylim()[1] >= 1.5 * top, (bars.get_ylim(), top)  # headroom: the tallest bar is not cut
+
+
+def test_interventions_page_quotes_the_map_it_draws():
+    """The caption's numbers are the importance map of the model shown; the map panel draws the same
+    values; a trained induction-like model is not needed for the claim to be checkable."""
+    import numpy as np
+    import torch
+
+    from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+    from lab.teach.lesson_interventions import N_HELD_OUT
+    from lab.views.probing import importance_map, knockout_summary
+
+    cfg = RunConfig(model=ModelConfig(n_layers=2, n_heads=2, d_model=32, d_ff=0, n_ctx=40),
+                    task=TaskConfig(name="induction", min_len=16, max_len=16, n_symbols=16), train=TrainConfig(steps=5))
+    torch.manual_seed(1)
+    weights = {k: v + 0.3 * torch.randn_like(v) for k, v in lessons.load_model(cfg).state_dict().items()}
+    s = lessons.Subject(cfg, weights, "a perturbed model")
+    fig, caption = page_figure("interventions", s)
+    imp = importance_map(s.model(), cfg, n=N_HELD_OUT)
+    k = knockout_summary(imp)
+    assert f"layer {k['layer']} head {k['index']} raises held-out loss from {imp.intact_loss:.2f}" in caption
+    assert f"by {k['median_rise']:.2f}" in caption
+    drawn = fig.axes[0].images[0].get_array()
+    assert np.allclose(drawn, imp.loss - imp.intact_loss)
+    assert len(fig.axes[1].get_yticklabels()) == cfg.model.n_layers + 1  # embedding + each layer

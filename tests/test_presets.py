@@ -77,6 +77,13 @@ def test_explain_induction():
     assert len({good, weak, none}) == 3 and "not by the usual margin" in weak and "No separation" in none
 
 
+def test_explain_induction_quotes_the_head_that_matters():
+    k = {"head": "0.0", "layer": 0, "index": 0, "intact": 0.6, "ablated": 1.26, "rise": 0.66, "median_rise": 0.39}
+    text = say("induction", {"1 layer": summ(2.94), "2 layers": {**summ(0.6), "knockout": k}})
+    assert "Knocking out layer 0 head 0 raises its held-out loss from 0.60 to 1.26" in text and "+0.39" in text
+    assert "Knocking out" not in say("induction", {"1 layer": summ(2.94), "2 layers": summ(0.6)})
+
+
 def test_explain_ln():
     def res(pre, post, warm):
         return dict(zip(LN_RUNS, (summ(pre), summ(post), summ(warm))))
@@ -198,10 +205,25 @@ def test_hello_sort_solves_sort():
 
 
 @pytest.mark.slow
-def test_induction_needs_two_layers():
-    r = Ran(PRESETS["induction"])
+def test_induction_needs_two_layers_and_one_head_matters_most():
+    from lab.views.analysis import load_model
+    from lab.views.probing import importance_map, knockout_summary
+
+    preset = PRESETS["induction"]
+    r = Ran(preset)
     assert r.ev("2 layers") < 0.5 * r.ev("1 layer"), r.summaries
     assert "fell to" in r.text
+    cfg = next(c for c in preset.runs if c.name == "2 layers")
+    imp = importance_map(load_model(cfg, r.weights["2 layers"]), cfg)
+    k = knockout_summary(imp)
+    rises = sorted(float(v) for v in (imp.loss - imp.intact_loss).flat)
+    print(f"\n[induction] knockout loss by head {imp.loss.round(3).tolist()}, intact {imp.intact_loss:.3f}: {k}")
+    assert k["rise"] == rises[-1] and k["rise"] > 0.2, k  # the map ranks first the head that matters most
+    # Measured at these settings (torch 2.13, CPU): the previous-token head 0.0 raises the loss by 0.65, the
+    # median head by 0.39 (1.7x): the two layer-1 heads share the copying, so neither alone is critical.
+    assert k["rise"] >= 1.5 * k["median_rise"], k
+    text = preset.explain({n: {**s, "knockout": k if n == "2 layers" else {}} for n, s in r.summaries.items()})
+    assert f"Knocking out layer {k['layer']} head {k['index']}" in text and f"{k['ablated']:.2f}" in text, text
 
 
 @pytest.mark.slow

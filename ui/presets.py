@@ -19,10 +19,13 @@ from lab.engine.estimate import Estimate
 from lab.teach.presets import PRESETS, Preset, measured
 from lab.engine.store import LIVE_STATES
 from lab.engine.storefs import DamagedRunError, RunIdError, RunNotFoundError
+from lab.views.analysis import load_model
+from lab.views.probing import importance_map, knockout_summary
 from ui.common import AppContext, errors_as_messages, remember_runs
 from ui.compare import reset_curves, select
 
 POLL_S = 2.0
+_KNOCKOUTS: dict[str, dict] = {}  # run id -> knockout summary of its final weights
 INTRO = ("Known results, reproduced on this machine in seconds to minutes. **Read the question and make a "
          "prediction first**, then click: the button starts every run of the preset and opens **Compare** on "
          "them. When they finish, a sentence here (and above Compare's curves) says what happened and why.")
@@ -83,21 +86,37 @@ def status(ctx: AppContext, last: Any) -> tuple[str, bool]:
         else:
             done += 1
             if summary:
-                results[name] = run_result(ctx, r, summary)
+                results[name] = run_result(ctx, r, summary, knockout=name in preset.knockout)
     head = f"**{preset.title}**: {done} of {expected} runs done"
     if live:
         return head + " (training…). The explanation appears here when all have finished.", True
     return f"{head}. {preset.explain(results)}", False
 
 
-def run_result(ctx: AppContext, run_id: str, summary: dict) -> dict:
-    """What a preset's explanation reads of a finished run: its summary, held-out and training curves, and
-    its last attention snapshot (so the sentence can quote the step and the pattern it measured)."""
+def knockout_of(ctx: AppContext, run_id: str) -> dict:
+    """The run's head knockout summary, measured on its final weights once (~0.1 s) and kept ({} without
+    weights). A finished run's weights never change, so the cache cannot go stale."""
+    if run_id not in _KNOCKOUTS:
+        try:
+            cfg, weights = ctx.store.config(run_id), ctx.store.load_weights(run_id)
+        except (RunNotFoundError, DamagedRunError):
+            return {}
+        _KNOCKOUTS[run_id] = knockout_summary(importance_map(load_model(cfg, weights), cfg))
+        while len(_KNOCKOUTS) > 64:
+            _KNOCKOUTS.pop(next(iter(_KNOCKOUTS)))
+    return _KNOCKOUTS[run_id]
+
+
+def run_result(ctx: AppContext, run_id: str, summary: dict, knockout: bool = False) -> dict:
+    """What a preset's explanation reads of a finished run: its summary, held-out and training curves, its
+    last attention snapshot (so the sentence can quote the step and the pattern it measured) and, where the
+    preset asks, which head matters most."""
     m = ctx.store.metrics(run_id)
     evals = m[m["kind"] == "eval"].dropna(axis=1, how="all").to_dict("records")
     train = [(int(s), float(v)) for s, v in m.loc[m["kind"] == "train", ["step", "loss"]].itertuples(index=False)]
     steps = ctx.store.snapshot_steps(run_id)
-    return measured(summary, evals, train, ctx.store.load_snapshot(run_id, steps[-1]) if steps else None)
+    return measured(summary, evals, train, ctx.store.load_snapshot(run_id, steps[-1]) if steps else None,
+                    knockout_of(ctx, run_id) if knockout else None)
 
 
 def opening(preset: Preset) -> tuple:

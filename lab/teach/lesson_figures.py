@@ -15,7 +15,7 @@ import torch
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from lab.teach import lessons
+from lab.teach import lesson_interventions, lessons
 from lab.params import COMPONENTS
 from lab.views.analysis import ProbeInput, positional_view
 from lab.config import ConfigError
@@ -320,6 +320,7 @@ def output(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
 DRAW: dict[str, Callable[[lessons.Subject, ProbeInput], tuple[Figure, str]]] = {
     "embedding": embedding, "positional": positional, "qkv": qkv, "scaling": scaling, "mask": mask,
     "softmax": softmax, "heads": heads, "norm": norm, "ff": ff, "cross": cross, "output": output,
+    "interventions": lesson_interventions.interventions,
 }
 
 

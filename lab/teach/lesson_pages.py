@@ -125,6 +125,21 @@ PAGES: tuple[Page, ...] = (
          "**parameters against the number of layers**, from the closed-form count, per component; the dot is "
          "the count of the model actually built. Pre-LN adds one final LN ($2d$); an encoder-decoder has a "
          "second stack and cross-attention in every decoder block."),
+    Page("interventions", "12 · Interventions: which parts matter",
+         "A trained model can be taken apart without retraining it. Knock out one attention head (replace its "
+         "output by zeros, or by its average over held-out inputs) and measure how much worse the model gets: "
+         "most heads can go at little cost, a few cannot (Michel et al. 2019). In the 2-layer induction model "
+         "one head finds the earlier copy of the current token and another copies what followed it (Olsson et "
+         "al. 2022); knock either out and the repeat is no longer predicted. The logit lens asks what the "
+         "model would answer if the stack stopped after a given layer: the residual stream read through the "
+         "final norm and the output head.",
+         r"\mathrm{head}_h \leftarrow 0 \;\text{or}\; \mathbb{E}_{\text{held-out}}[\mathrm{head}_h], \qquad "
+         r"\Delta_h = \mathcal{L}_{\text{held-out}}(\text{without } h) - \mathcal{L}_{\text{held-out}}, \qquad "
+         r"p^{(\ell)} = \mathrm{softmax}\big(\mathrm{LN}(h^{(\ell)})\, W_U\big)",
+         "Left: $\\Delta_h$ for every head of this model. Middle: the logit lens of the probe, one row per "
+         "layer. Right: the probe's answer intact and with the head that matters most knocked out. In Inspect, "
+         "click a cell of the importance map to knock that head out and see the answer change; combine "
+         "knockouts, skip a feed-forward layer or remove the positional encoding."),
 )
 PAGE_KEYS: tuple[str, ...] = tuple(p.key for p in PAGES)
 

@@ -170,6 +170,16 @@ class ImportanceMap:
                 f"{self.exact[top.layer, top.head]:.0%})")
 
 
+def knockout_summary(imp: ImportanceMap) -> dict:
+    """The head ranked first and how its knockout compares with the median head's: what a preset's
+    explanation quotes ({"head": "1.0", "layer", "index", "intact", "ablated", "rise", "median_rise"})."""
+    ranked = imp.ranked()
+    top, rise = ranked[0]
+    return {"head": str(top), "layer": top.layer, "index": top.head, "intact": imp.intact_loss,
+            "ablated": float(imp.loss[top.layer, top.head]), "rise": rise,
+            "median_rise": float(np.median([r for _, r in ranked]))}
+
+
 def importance_map(model: Transformer, cfg: RunConfig, kind: str = "dec_self", mode: str = "zero",
                    n: int = HELD_OUT) -> ImportanceMap:
     """Each head of one attention kind knocked out alone, over one fixed held-out batch of `n` sequences."""

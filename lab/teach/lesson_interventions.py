@@ -1,0 +1,84 @@
+"""The Learn page on interventions: which heads a model needs, where in the stack its answer forms, and
+what the answer becomes without its most important head. Drawn live from the chosen run (lab/views/
+probing.py computes; this module only draws), in the colours of lab/teach/lesson_figures.py.
+
+Head knockout follows Michel et al. 2019 ("Are Sixteen Heads Really Better than One?"); the logit lens
+is nostalgebraist 2020; the induction circuit the page points to is Olsson et al. 2022.
+"""
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from lab.interventions import HeadRef, Interventions, applied
+from lab.teach import lessons
+from lab.views.analysis import ProbeInput
+from lab.views.probing import greedy_answer, importance_map, knockout_summary, logit_lens
+
+BLUE, RED, GREY = "#0072B2", "#D55E00", "#999999"
+N_HELD_OUT = 128  # a page must draw in well under a second: half the importance map's usual batch
+
+
+def _right_probs(answer) -> np.ndarray:
+    """Probability the answer gave its predicted token where it is right, 0 where wrong (nan: unscored)."""
+    return np.array([np.nan if t.right is None else (t.probability if t.right else 0.0) for t in answer.tokens])
+
+
+def interventions(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
+    """Left: held-out loss rise per head knocked out. Middle: the logit lens of the probe. Right: the
+    probe's answer intact and with the top head knocked out."""
+    cfg = s.cfg
+    model = s.model()
+    imp = importance_map(model, cfg, n=N_HELD_OUT)
+    top = knockout_summary(imp)
+    knock = Interventions(heads=(HeadRef("dec_self", top["layer"], top["index"]),))
+    intact = greedy_answer(model, cfg, probe.batch)
+    with applied(model, knock):
+        ablated = greedy_answer(model, cfg, probe.batch)
+    lens = logit_lens(model, cfg, probe.batch)
+
+    fig = Figure(figsize=(13.6, 3.8), layout="constrained")
+    a1, a2, a3 = fig.subplots(1, 3, gridspec_kw={"width_ratios": [1, 1.6, 1.6]})
+    rise = imp.loss - imp.intact_loss  # (layers, heads)
+    im = a1.imshow(rise, cmap="viridis", aspect="auto")
+    a1.set_title("held-out loss rise, one head knocked out", fontsize=9)
+    a1.set_xlabel("head")
+    a1.set_ylabel("layer")
+    a1.set_xticks(range(rise.shape[1]))
+    a1.set_yticks(range(rise.shape[0]))
+    for (i, j), v in np.ndenumerate(rise):
+        a1.text(j, i, f"{v:+.2f}", ha="center", va="center", fontsize=7,
+                color="black" if v > rise.max() * 0.6 else "white")
+    fig.colorbar(im, ax=a1, shrink=0.8)
+
+    lens_data = np.where(np.isnan(lens.target_prob), lens.top_prob, lens.target_prob)  # (rows, T)
+    a2.imshow(lens_data, cmap="cividis", vmin=0, vmax=1, aspect="auto")
+    a2.set_title("logit lens: p(right next token) if the stack stopped here", fontsize=9)
+    a2.set_yticks(range(len(lens.rows)), lens.rows, fontsize=7)
+    T = lens_data.shape[1]
+    step = max(1, -(-T // 24))
+    a2.set_xticks(range(0, T, step), [probe.dec_labels[i] for i in range(0, T, step)], fontsize=7)
+    a2.set_xlabel("probe position (its token)")
+    if T <= 40:
+        for (i, j), label in np.ndenumerate(np.array(lens.top, dtype=object)):
+            a2.text(j, i, label, ha="center", va="center", fontsize=6,
+                    color="black" if lens_data[i, j] > 0.6 else "white")
+
+    x = np.arange(len(intact.tokens))
+    a3.bar(x - 0.2, _right_probs(intact), 0.4, color=BLUE, label="intact")
+    a3.bar(x + 0.2, _right_probs(ablated), 0.4, color=RED, label=f"head {top['head']} knocked out")
+    a3.set_ylim(0, 1.05)
+    a3.set_title("the probe's answer: p(right token), 0 where wrong", fontsize=9)
+    a3.set_xlabel("answer position" if intact.greedy else "position")
+    a3.legend(fontsize=7, loc="lower right")
+
+    scored_in, scored_out = intact.scored, ablated.scored
+    wrong_in = sum(not t.right for t in scored_in)
+    wrong_out = sum(not t.right for t in scored_out)
+    ratio = top["rise"] / top["median_rise"] if top["median_rise"] > 1e-9 else float("inf")
+    caption = (f"{imp.sentence()[0].upper()}{imp.sentence()[1:]}; the median head raises it by "
+               f"{top['median_rise']:.2f} ({'far more' if ratio >= 3 else 'not far more'} than the median: "
+               f"{ratio:.1f}x). On the probe, {wrong_in} of {len(scored_in)} answer tokens are wrong intact and "
+               f"{wrong_out} with that head knocked out. The logit lens shows in which layer the right answer "
+               f"becomes likely.")
+    return fig, caption
