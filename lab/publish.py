@@ -75,17 +75,20 @@ class Planned:
 
 @dataclass
 class PublishReport:
-    """What happened: run ids published, (run id, reason) skipped, board names, Trackio's own messages."""
+    """What happened: run ids published now, already on the (local) board, (run id, reason) skipped; board
+    names of the first two; Trackio's own messages."""
 
     project: str
     space_id: Optional[str] = None
     published: list[str] = field(default_factory=list)
+    already: list[str] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     names: dict[str, str] = field(default_factory=dict)
     messages: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"project": self.project, "space_id": self.space_id, "published": list(self.published),
+                "already": list(self.already),
                 "skipped": [{"run_id": r, "reason": why} for r, why in self.skipped],
                 "names": dict(self.names)}
 
@@ -262,7 +265,7 @@ def publish_runs(store: RunSource, run_ids: Sequence[str], project: str, space_i
                  group_by: Optional[Sequence[str]] = None) -> PublishReport:
     """Publish the runs (a selection, a whole grid: their ids) to Trackio `project`, locally or to
     `space_id` (default $LAB_TRACKIO_SPACE). Skipped runs carry their reason; a run already on a local
-    board under the same name is not sent twice. TrackioMissing when Trackio is not installed and
+    board under the same name is not sent twice (`already`). TrackioMissing when Trackio is not installed and
     something is to be sent; ConfigError for a bad project name or `group_by` key."""
     check_project(project)
     group_by = check_group_by(group_by)
@@ -276,7 +279,8 @@ def publish_runs(store: RunSource, run_ids: Sequence[str], project: str, space_i
         existing = _on_board(trackio, project) if space is None else set()
     for item in planned:
         if item.name in existing:
-            report.skipped.append((item.run_id, f"already on the board as {item.name!r}"))
+            report.already.append(item.run_id)
+            report.names[item.run_id] = item.name
             continue
         try:
             with _captured(report.messages):
