@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal, get_args
 
 from lab.fields import ConfigError, FieldInfo, Widget, iter_fields, knob, shown, suggest, validate
 from lab.taskshapes import task_shape
+from lab.textdata import ALLOWED as TEXT_ALLOWED, check_text, short_form
 
 SCHEMA_VERSION = 1
 
@@ -26,7 +27,7 @@ Norm = Literal["pre", "post", "none"]
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
 Activation = Literal["relu", "gelu"]
 TaskName = Literal[
-    "copy", "reverse", "sort", "addition", "modular_addition", "induction", "parity", "histogram"
+    "copy", "reverse", "sort", "addition", "modular_addition", "induction", "parity", "histogram", "text"
 ]
 Schedule = Literal["cosine", "linear", "constant"]
 Device = Literal["auto", "cpu", "cuda", "mps"]
@@ -76,9 +77,13 @@ class TaskConfig:
     train_fraction: float = knob(0.3, label="Training fraction", help="modular_addition only: the share of all "
                                  "(a, b) pairs seen in training; the rest are held out.", lo=0.0, hi=0.95,
                                  lo_open=True, widget=_slider(0.05, 0.95, 0.05), advanced=True)
+    text: str = knob("", label="Your text", help=f"text only: a character-level language model learns to continue "
+                     f"it; the first 90% trains, the last 10% is held out ({TEXT_ALLOWED}).",
+                     widget=Widget("textbox", when=("task.name", "text")))
 
     def __post_init__(self) -> None:
         validate(self)
+        check_text(self.text, "task.text")
         if self.max_len < self.min_len:
             raise ConfigError(
                 "task.max_len", f"{self.max_len} is below min_len={self.min_len} (allowed: >= min_len)"
@@ -267,11 +272,14 @@ def _coerce(cls: type, key: str, value: Any) -> Any:
 
 
 def flatten(cfg: RunConfig) -> dict[str, Any]:
-    """Config as flat columns: {'model.d_model': 64, ...} (the store's table view)."""
+    """Config as flat columns: {'model.d_model': 64, ...} (the store's table view, Compare's tables, run
+    labels). The task's text is shown short (its start, length and a hash: lab/textdata.py short_form): a
+    listing never holds every run's 100 KB; config.json keeps it whole."""
     out: dict[str, Any] = {"name": cfg.name}
     for key in ("model", "task", "train"):
         for f in fields(getattr(cfg, key)):
             out[f"{key}.{f.name}"] = getattr(getattr(cfg, key), f.name)
+    out["task.text"] = short_form(cfg.task.text)
     return out
 
 

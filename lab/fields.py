@@ -27,15 +27,17 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Widget:
-    """How the app shows a knob: a dropdown, radio, slider or number box (plain data; ui/knobs.py builds it).
-    `lo`/`hi` bound the widget only (a slider's range), which may be narrower than what validation allows;
-    `options` are a dropdown's values when they are not the field's closed set of choices."""
+    """How the app shows a knob: a dropdown, radio, slider, number box or text box (plain data; ui/knobs.py
+    builds it). `lo`/`hi` bound the widget only (a slider's range), which may be narrower than what
+    validation allows; `options` are a dropdown's values when they are not the field's closed set of
+    choices; `when` = ("task.name", "text") shows the widget only while that knob has that value."""
 
-    kind: Literal["dropdown", "radio", "slider", "number"]
+    kind: Literal["dropdown", "radio", "slider", "number", "textbox"]
     lo: Optional[float] = None
     hi: Optional[float] = None
     step: Optional[float] = None
     options: tuple[Any, ...] = ()
+    when: Optional[tuple[str, Any]] = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,8 @@ class FieldInfo:
         """What the field accepts, in words: 'one of pre, post, none' or '1 to 64'."""
         if self.choices:
             return "one of " + ", ".join(self.choices)
+        if self.kind is str:
+            return "text"
         lo, hi = self.spec.lo, self.spec.hi
         if lo is None or hi is None:
             return "an integer" if self.kind is int else "a number"

@@ -3,7 +3,7 @@
 Each task is its shape (lab/taskshapes.py: alphabet, lengths, layout rules) plus the torch code that
 generates prompts and answers. A decoder-only model reads `prompt SEP answer` and is scored on the answer
 positions only (minGPT's ignore_index convention); an encoder-decoder reads the prompt in the encoder and
-`SEP answer[:-1]` in the decoder. Language-model tasks (induction) produce one sequence and a mask of
+`SEP answer[:-1]` in the decoder. Language-model tasks (induction, text) produce one sequence and a mask of
 scored positions.
 Every batch uses a single length, so no padding or padding masks are ever needed. A batch is made
 on its generator's device (a CUDA generator makes it on the GPU: no copy per training step).
@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from lab import taskshapes as shapes
+from lab import textdata
 from lab.taskshapes import IGNORE_INDEX
 from lab.config import TaskConfig
 
@@ -55,6 +56,11 @@ class Task(shapes.TaskShape):
             length = int(torch.randint(lo, hi + 1, (1,), generator=gen, device=gen.device))  # a sync on a GPU
         prompt = self.gen_prompt(cfg, length, n, gen, split)  # (n, P)
         return self.layout(cfg, arch, prompt, self.solve(cfg, prompt))
+
+    def probe_batch(self, cfg: TaskConfig, arch: str) -> Batch:
+        """The fixed probe input: one held-out sample at max_len, from its own seed."""
+        gen = torch.Generator().manual_seed(PROBE_SEED)
+        return self.batch(cfg, arch, 1, gen, cfg.max_len, "eval")
 
     def layout(self, cfg: TaskConfig, arch: str, prompt: Tensor, answer: Tensor) -> Batch:
         n, p = prompt.shape
@@ -180,8 +186,41 @@ def induction_sequences(vocab: int, length: int, n: int, gen: torch.Generator) -
     return seq, repeated
 
 
+class Text(Task, shapes.Text):
+    """A character-level language model (Karpathy's char-rnn; minGPT's projects/chargpt): random windows of
+    `length` characters, every position scored on the next character. Training windows come from the
+    first 90% of the text, held-out ones from the last 10% (lab/textdata.py)."""
+
+    def batch(self, cfg, arch, n, gen, length=None, split="train"):
+        if length is None:
+            length = int(torch.randint(cfg.min_len, cfg.max_len + 1, (1,), generator=gen, device=gen.device))
+        data = text_tokens(textdata.text_of(cfg.text), "train" if split == "train" else "eval", gen.device)
+        starts = torch.randint(0, data.numel() - length + 1, (n, 1), generator=gen, device=gen.device)  # (n, 1)
+        seq = data[starts + torch.arange(length, device=gen.device)]  # (n, length)
+        return Batch(inp=seq[:, :-1].contiguous(), tgt=seq[:, 1:].contiguous())
+
+    def probe_batch(self, cfg, arch):
+        """The start of the held-out text, from its first line that leaves max_len characters (else its
+        first character): the same window for every run on this text and length."""
+        text = textdata.text_of(cfg.text)
+        held = text[textdata.split_at(text):]
+        start = next((i + 1 for i, c in enumerate(held) if c == "\n" and i + 1 + cfg.max_len <= len(held)), 0)
+        seq = text_tokens(text, "eval", torch.device("cpu"))[None, start:start + cfg.max_len]  # (1, max_len)
+        return Batch(inp=seq[:, :-1].contiguous(), tgt=seq[:, 1:].contiguous())
+
+
+@functools.lru_cache(maxsize=8)
+def text_tokens(text: str, split: str, device: torch.device) -> Tensor:
+    """The token ids of a text's training part ("train") or held-out part ("eval"), as one (N,) tensor on
+    `device` (cached: made once per text, split and device, not per batch)."""
+    ids = torch.tensor(textdata.encode(text, textdata.vocabulary(text)), dtype=torch.long)
+    cut = textdata.split_at(text)
+    return (ids[:cut] if split == "train" else ids[cut:]).to(device)
+
+
 TASKS: dict[str, Task] = {
-    t.name: t for t in (Copy(), Reverse(), Sort(), Addition(), ModularAddition(), Induction(), Parity(), Histogram())
+    t.name: t for t in (Copy(), Reverse(), Sort(), Addition(), ModularAddition(), Induction(), Parity(), Histogram(),
+                        Text())
 }
 
 
@@ -206,5 +245,4 @@ def eval_batches(cfg: TaskConfig, arch: str, split: str, n_samples: int, batch_s
 
 def probe(cfg: TaskConfig, arch: str) -> Batch:
     """The fixed probe input whose attention the store keeps through training: one sample at max_len."""
-    gen = torch.Generator().manual_seed(PROBE_SEED)
-    return get_task(cfg.name).batch(cfg, arch, 1, gen, cfg.max_len, "eval")
+    return get_task(cfg.name).probe_batch(cfg, arch)

@@ -5,12 +5,13 @@ anything is built. lab/tasks.py adds to each shape the torch code that generates
 
 Decoder-only models read `prompt SEP answer` (scored on the answer only, minGPT's convention); an
 encoder-decoder reads the prompt in the encoder and `SEP answer[:-1]` in the decoder. Language-model
-tasks (induction) score positions of one sequence and run on the decoder only.
+tasks (induction, text) score positions of one sequence and run on the decoder only.
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Optional, Protocol
 
+from lab import textdata
 from lab.fields import ConfigError
 
 
@@ -23,6 +24,7 @@ class TaskConfig(Protocol):
     n_symbols: int
     modulus: int
     train_fraction: float
+    text: str
 
     @property
     def ood_max_len(self) -> int: ...
@@ -61,6 +63,11 @@ class TaskShape:
 
     def check(self, cfg: TaskConfig, arch: str) -> None:
         """Raise ConfigError if the task cannot run with this architecture."""
+
+    def encode_prompt(self, cfg: TaskConfig, text: str) -> Optional[list[int]]:
+        """A typed prompt as token ids, for tasks that read text as it is typed (`text`: character by
+        character); None for the others, whose prompts are symbols separated by spaces or commas."""
+        return None
 
     def max_seq_len(self, cfg: TaskConfig, arch: str) -> int:
         """The longest sequence a model sees, evaluation beyond the training lengths included."""
@@ -176,8 +183,61 @@ class Induction(TaskShape):
         return cfg.ood_max_len - 1
 
 
+class Text(TaskShape):
+    """A character-level language model of the user's text, or of the built-in one (lab/textdata.py).
+
+    Its token ids are the text's distinct characters, sorted; a sequence of `length` characters is read
+    as `length - 1` inputs, each scored on the next character, as induction's sequences are. Windows of
+    the first 90% train, windows of the last 10% are held out; no longer lengths are evaluated.
+    """
+
+    name = "text"
+    description = "Continue your text, one character at a time (empty box: the built-in text)."
+    lm = True
+    has_ood = False
+
+    def chars(self, cfg: TaskConfig) -> tuple[str, ...]:
+        """The vocabulary: token id i is the character `chars(cfg)[i]`."""
+        return textdata.vocabulary(textdata.text_of(cfg.text))
+
+    def n_symbols(self, cfg):
+        return len(self.chars(cfg))
+
+    def vocab_size(self, cfg):
+        return self.n_symbols(cfg)
+
+    def sep(self, cfg):
+        return -1
+
+    def symbol_label(self, cfg, tok):
+        return textdata.char_label(self.chars(cfg)[tok])
+
+    def encode_prompt(self, cfg, text):
+        return textdata.encode(text, self.chars(cfg))
+
+    def decode(self, cfg: TaskConfig, tokens: list[int]) -> str:
+        """Token ids -> the characters they stand for (the inverse of `encode_prompt`)."""
+        return textdata.decode(tokens, self.chars(cfg))
+
+    def check(self, cfg, arch):
+        if arch != "decoder":
+            raise ConfigError("task.name", "'text' is a language-model task: it needs model.arch 'decoder'")
+        if cfg.min_len < 2:
+            raise ConfigError("task.min_len", f"{cfg.min_len} is too short for 'text' (allowed: >= 2: a "
+                              "character and the next one)")
+        held = textdata.held_out_len(textdata.text_of(cfg.text))
+        if cfg.max_len > held:
+            raise ConfigError("task.max_len", f"{cfg.max_len} is longer than the held-out tenth of the text "
+                              f"({held} characters) (allowed: at most {held}, or a longer text)")
+
+    def max_seq_len(self, cfg, arch):
+        self.check(cfg, arch)
+        return cfg.max_len - 1
+
+
 SHAPES: dict[str, TaskShape] = {
-    s.name: s for s in (Copy(), Reverse(), Sort(), Addition(), ModularAddition(), Induction(), Parity(), Histogram())
+    s.name: s for s in (Copy(), Reverse(), Sort(), Addition(), ModularAddition(), Induction(), Parity(), Histogram(),
+                        Text())
 }
 
 

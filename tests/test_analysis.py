@@ -50,7 +50,7 @@ def test_param_formula_equals_module_count(arch, norm, pos, d_ff):
 
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_param_breakdown_uses_each_tasks_vocabulary(task):
-    cfg = tiny(task=task, max_len=6, n_ctx=64, min_len=4 if task == "induction" else 1)
+    cfg = tiny(task=task, max_len=6, n_ctx=64, min_len=4 if get_task(task).lm else 1)
     model = build_model(cfg)
     assert model.vocab_size == get_task(task).vocab_size(cfg.task)
     assert param_breakdown(cfg) == module_params(model)

@@ -230,6 +230,7 @@ def _every_field_changed() -> RunConfig:
         ),
         task=TaskConfig(
             name="sort", min_len=2, max_len=10, ood_len=15, n_symbols=5, modulus=13, train_fraction=0.5,
+            text="Sort is the task; the text is kept as modulus is (each counts for its own task only).\n" * 4,
         ),
         train=TrainConfig(
             steps=77, batch_size=16, lr=1e-3, warmup=7, schedule="linear", min_lr_ratio=0.05,
