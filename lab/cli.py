@@ -22,6 +22,7 @@ from lab import cli_probe
 from lab.config import ConfigError, RunConfig, declared_fields
 from lab.fields import FieldInfo
 from lab.records import Record, StepRecord
+from lab.textdata import short_form
 
 # Every declared config field has a flag (lab/fields.py: "--d-model" for model.d_model, "--task" for
 # task.name); the section's dataclass validates, the flag only carries the value.
@@ -239,6 +240,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             damaged.append(str(exc))
     if damaged:
         info["damaged"] = "; ".join(damaged)
+    if not args.json and info.get("config"):  # for reading: the text short (config.json holds it whole)
+        info["config"]["task"]["text"] = short_form(info["config"]["task"]["text"])
     print(json.dumps(info, indent=None if args.json else 2, default=str))
     return 0
 

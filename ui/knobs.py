@@ -22,7 +22,8 @@ from lab.taskshapes import task_shape
 
 
 _MAKERS: dict[str, Callable[..., gr.components.Component]] = {
-    "dropdown": gr.Dropdown, "radio": gr.Radio, "slider": gr.Slider, "number": gr.Number}
+    "dropdown": gr.Dropdown, "radio": gr.Radio, "slider": gr.Slider, "number": gr.Number, "textbox": gr.Textbox}
+MAX_LINK_CHARS = 8000  # a share link's query, at most: servers refuse longer request lines (uvicorn's ~16 KB)
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,19 @@ class Knob:
     def default(self) -> Any:
         return self.field.default
 
+    @property
+    def when(self) -> Optional[tuple[str, Any]]:
+        """("task.name", "text"): the widget is shown, and its value counts, only while that knob has that
+        value (None: always)."""
+        return self.field.spec.widget.when if self.field.spec.widget else None
+
+    def applies(self, values: dict[str, Any]) -> bool:
+        """Whether the knob is shown (and counts) with these knob values (missing ones: their defaults)."""
+        if self.when is None:
+            return True
+        other, wanted = self.when
+        return values.get(other, BY_KEY[other].default()) == wanted
+
     def make(self, **kw: Any) -> gr.components.Component:
         """The widget (rendered where it is called inside a Blocks context)."""
         w = self.field.spec.widget
@@ -52,10 +66,14 @@ class Knob:
             kw["choices"] = list(w.options or self.field.choices)
         elif w.kind == "slider":
             kw.update(minimum=w.lo, maximum=w.hi, step=w.step)
+        elif w.kind == "textbox":  # no max_length: the browser would cut a long paste without a word
+            kw.update(lines=4, max_lines=10, placeholder="Empty: the built-in text")
         else:  # number: whole numbers for int fields; bounds only where declared
             kw.update({k: v for k, v in (("minimum", w.lo), ("maximum", w.hi)) if v is not None})
             if self.kind is int:
                 kw["precision"] = 0
+        if self.when is not None:
+            kw.setdefault("visible", self.applies({}))
         return _MAKERS[w.kind](**kw)
 
 
@@ -64,6 +82,7 @@ KNOBS: tuple[Knob, ...] = tuple(Knob.of(f) for adv in (False, True) for f in dec
                                 if f.spec.widget is not None and f.spec.advanced == adv)
 KNOB_KEYS = tuple(k.key for k in KNOBS)
 BY_URL = {k.url_key: k for k in KNOBS}
+BY_KEY = {k.key: k for k in KNOBS}
 
 
 def build_widgets(section: str, advanced: bool = False) -> dict[str, gr.components.Component]:
@@ -74,6 +93,8 @@ def build_widgets(section: str, advanced: bool = False) -> dict[str, gr.componen
 
 
 def _as_kind(knob: Knob, value: Any) -> Any:
+    if knob.kind is str and knob.field.spec.widget.kind == "textbox":
+        return "" if value is None else value  # an empty text box means the built-in text
     if value is None or value == "":
         raise ConfigError(knob.key, "is empty")
     if knob.kind is int:
@@ -96,12 +117,19 @@ def _as_kind(knob: Knob, value: Any) -> Any:
 
 
 def config_from_values(values: dict[str, Any], base: Optional[RunConfig] = None) -> RunConfig:
-    """Knob values (by key) -> a validated RunConfig; n_ctx sized to the task's longest sequence."""
+    """Knob values (by key) -> a validated RunConfig; n_ctx sized to the task's longest sequence. A knob
+    shown only for another knob's value (the text box, for task text) keeps its default otherwise: a
+    hidden box's text does not travel with a run of another task."""
     data = (base or RunConfig()).to_dict()
     for knob in KNOBS:
         if knob.key in values:
             sec, name = knob.key.split(".")
             data[sec][name] = _as_kind(knob, values[knob.key])
+    current = {k.key: data[k.key.split(".")[0]][k.key.split(".")[1]] for k in KNOBS}
+    for knob in KNOBS:
+        if not knob.applies(current):
+            sec, name = knob.key.split(".")
+            data[sec][name] = knob.default()
     TaskConfig(**{k: v for k, v in data["task"].items()})  # task errors first, with their own field
     arch = data["model"]["arch"]
     if arch not in ARCHS:
@@ -122,7 +150,11 @@ def query_string(cfg: RunConfig, hide: tuple[str, ...] = ()) -> str:
              if v != defaults[k.key] or k.key == "train.seed"}
     if hide:
         pairs["hide"] = ",".join(hide)
-    return urlencode(pairs)
+    query = urlencode(pairs)
+    if len(query) > MAX_LINK_CHARS:
+        raise ConfigError("task.text", f"is too long for a link ({len(query):,} characters once encoded; allowed: "
+                          f"{MAX_LINK_CHARS:,}): share it with Download config JSON instead")
+    return query
 
 
 def values_from_query(params: dict[str, str]) -> tuple[dict[str, Any], list[str], list[str]]:

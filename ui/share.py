@@ -5,6 +5,7 @@ A classroom link can hide chosen controls (`?hide=pos,norm`); the page applies t
 """
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from typing import Any, Optional
@@ -13,10 +14,12 @@ import gradio as gr
 
 from lab.config import ConfigError, RunConfig
 from lab.fields import shown
+from lab.textdata import MAX_CHARS
 from ui.common import errors_as_messages, with_api_params
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values, query_string, values_from_config
 
 MAX_UPLOAD_BYTES = 64 * 1024  # the default; a server passes its own (LAB_MAX_UPLOAD_KB, lab/limits.py)
+TEXT_BYTES = 6 * MAX_CHARS + 2  # task.text as json.dumps writes it (\uXXXX a character), on top of the limit
 LINK_JS = "(q) => q ? window.location.origin + window.location.pathname + '?' + q : ''"
 
 
@@ -81,17 +84,19 @@ def build_share_panel(widgets: dict[str, gr.components.Component], max_bytes: in
 
 
 def read_config_file(path: Optional[str], max_bytes: int = MAX_UPLOAD_BYTES) -> RunConfig:
-    """An uploaded config JSON (at most `max_bytes`, UTF-8), validated like any config."""
+    """An uploaded config JSON (at most `max_bytes`, UTF-8, besides the text of task text: up to
+    TEXT_BYTES more), validated like any config."""
     if not path or not isinstance(path, str):
         raise ConfigError("config file", "no file was uploaded")
     try:
         with open(path, "rb") as fh:
-            raw = fh.read(max_bytes + 1)  # never more than the limit in memory
+            raw = fh.read(max_bytes + TEXT_BYTES + 1)  # never more than the limits in memory
     except OSError as exc:
         raise ConfigError("config file", f"cannot be read ({exc.strerror})") from None
-    if len(raw) > max_bytes:
-        size = os.path.getsize(path)
-        raise ConfigError("config file", f"is {size:,} bytes (allowed: at most {max_bytes:,})")
+    too_big = ConfigError("config file", f"is {os.path.getsize(path):,} bytes (allowed: at most {max_bytes:,}, "
+                          "besides the task's text)")
+    if len(raw) > max_bytes + TEXT_BYTES:
+        raise too_big
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -100,4 +105,6 @@ def read_config_file(path: Optional[str], max_bytes: int = MAX_UPLOAD_BYTES) -> 
         cfg = RunConfig.from_json(text)
     except RecursionError:
         raise ConfigError("config file", "is nested too deeply (allowed: a JSON file saved by this app)") from None
+    if len(raw) - len(json.dumps(cfg.task.text)) > max_bytes:
+        raise too_big
     return config_from_values(values_from_config(cfg), base=cfg)  # n_ctx re-derived like any UI config

@@ -20,6 +20,7 @@ from lab.fields import shown
 from lab.engine.limits import Limits, check_config, thin, valid_owner
 from lab.engine.store import DamagedRunError, RunNotFoundError
 from lab.tasks import get_task
+from lab.textdata import text_of, unigram_entropy_nats
 from ui.common import (TERMINAL, AppContext, acting_owner, curve, errors_as_messages, is_run_id, permission,
                        with_api_params, with_series)
 from ui.gpu import gpu_available, stop_gpu_run, wire_gpu_button
@@ -27,6 +28,7 @@ from ui.grid import GridPanel, axis_choices, build_grid_panel
 from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, values_from_query
 from ui.live import FrameCache, Seen, answer
 from ui.share import build_share_panel
+from ui.textfile import build_text_upload
 
 POLL_S = 1.0
 
@@ -56,6 +58,11 @@ def describe(cfg: RunConfig, limits: Optional[Limits] = None, jobs: Optional[Job
     if cfg.model.pos == "alibi" and cfg.model.n_heads <= 2:
         hint = "\n\n*Hint: with 1-2 heads ALiBi's slopes are tiny (2^-8, 2^-4), so its recency bias is weak.*"
     task = get_task(cfg.task.name)
+    if task.name == "text":  # the baseline a character model must beat: the loss of ignoring the context
+        text = text_of(cfg.task.text)
+        hint += (f"\n\n**{'Your' if cfg.task.text else 'The built-in'} text**: {len(text):,} characters, "
+                 f"{task.vocab_size(cfg.task)} distinct. A model that ignores the context scores at best its "
+                 f"unigram entropy, {unigram_entropy_nats(text):.2f} nats a character (the loss curve's unit).")
     cost = ""
     try:
         if limits is not None:
@@ -326,6 +333,8 @@ def _knob_panel() -> dict[str, gr.components.Component]:
     for sec, title in {"task": "Task", "model": "Model", "train": "Training"}.items():
         with gr.Accordion(title, open=True):
             widgets.update(build_widgets(sec))
+            if sec == "task":
+                build_text_upload(widgets)  # under the "Your text" box, the last of the task's knobs
             if any(k.advanced and k.key.startswith(sec + ".") for k in KNOBS):
                 with gr.Accordion(f"Advanced {title.lower()} settings", open=False, elem_id=f"advanced-{sec}"):
                     widgets.update(build_widgets(sec, advanced=True))
