@@ -1,4 +1,5 @@
-"""Command line: `python -m lab train|resume|list|show`, and `ablate|sample` (lab/cli_probe.py).
+"""Command line: `python -m lab train|resume|list|show`, `ablate|sample` (lab/cli_probe.py) and `publish`
+(lab/cli_publish.py).
 
 `train ... --stop-at K` stops the run at step K of its schedule as a Stop click would (status stopped, its
 checkpoint written); `resume RUN_ID [--steps N]` continues a stored run from its checkpoint in its own
@@ -18,7 +19,7 @@ import threading
 import time
 from typing import Any, NoReturn, Optional, Sequence, TextIO
 
-from lab import cli_probe
+from lab import cli_probe, cli_publish
 from lab.config import ConfigError, RunConfig, declared_fields
 from lab.fields import FieldInfo
 from lab.records import Record, StepRecord
@@ -78,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--runs-dir")
     sh.add_argument("--json", action="store_true")
     cli_probe.add_parsers(sub)
+    cli_publish.add_publish_command(sub)
     return p
 
 
@@ -250,7 +252,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         commands = {"train": cmd_train, "resume": cmd_resume, "list": cmd_list, "show": cmd_show,
-                    **cli_probe.commands(open_store)}
+                    **cli_probe.commands(open_store), **cli_publish.commands(open_store)}
         return commands[args.cmd](args)
     except ConfigError as exc:
         flag = FIELD_TO_FLAG.get(exc.field)
