@@ -3,14 +3,16 @@ token by token (and free generation for decoder runs); interventions applied on 
 on the held-out metrics, the answer and the attention; the head importance map (a click on a cell knocks
 that head out); the logit lens. All of it runs on the run's final weights (snapshots hold attention only).
 
-One page event draws every panel (`panel_update`), so its draws apply in order, and the panels remember the
-run and input they show (a gr.State): an event that finds another run picked redraws every panel for it and
-applies nothing made with the previous run's controls, so no panel can keep another run's data. What each
+One page event draws every panel (`panel_update`) from the action the last click or change wrote, so its
+draws apply in order, and the panels remember the run and input they show (a gr.State): an event that finds
+another run picked redraws every panel for it and applies nothing made with the previous run's controls, so
+no panel can keep another run's data. What each
 part shows is in ui/intervene_parts.py; the API's endpoints (`/answer`, `/intervene`, `/importance`,
 `/logit_lens`, `/generate`) take everything explicitly.
 """
 from __future__ import annotations
 
+import random
 from typing import Any, Optional
 
 import gradio as gr
@@ -21,23 +23,25 @@ from ui.intervene_parts import (API, KINDS, MAX_TEXT, MODES, POSITIONAL, SEE_NOT
                                 answer_parts, api_call, cleared, cleared_ablated, compute_maps, controls, final_model,
                                 generated_text, importance_parts, lens_parts, page_probe, spec_from, table)
 
-TRIGGERS = {"inspect-run": "run", "inspect-source": "source", "inspect-text": "text", "intervene-apply": "apply",
-            "intervene-reset": "reset", "importance-btn": "importance", "importance-grid": "cell",
-            "generate-btn": "generate"}
+TRIGGERS = ("run", "source", "text", "apply", "reset", "importance", "cell", "generate")
 WEIGHTS_NOTE = ("Final weights (step {step}): the answer, interventions, head importance and logit lens use the "
                 "run's final weights (the snapshots saved during training hold attention only, not weights).")
 
 
-class PanelEvent(gr.EventData):
-    """What started the page event (its target's elem_id) and, for a click on the importance grid, the cell."""
+def parse_action(action: Any) -> tuple[str, Optional[tuple[str, str]]]:
+    """The action box's value -> (trigger, the importance cell clicked or None): "apply 0.42" is Apply,
+    "cell 0.42\nlayer 1\nhead 0" a click on that cell (the number makes every click a change)."""
+    lines = str(action or "").split("\n")
+    trigger = lines[0].split(" ")[0]
+    return (trigger if trigger in TRIGGERS else ""), ((lines[1], lines[2]) if len(lines) == 3 else None)
 
-    def __init__(self, target: Any, data: Any) -> None:
-        super().__init__(target, data)
-        self.trigger = TRIGGERS.get(getattr(target, "elem_id", None) or "", "")
-        data = data if isinstance(data, dict) else {}
-        index, row = data.get("index"), data.get("row_value")
-        ok = isinstance(index, (list, tuple)) and len(index) == 2 and isinstance(row, list) and row
-        self.cell = (str(row[0]), f"head {int(index[1]) - 1}") if ok else None  # (row label, column)
+
+def cell_action(evt: gr.SelectData) -> Any:
+    """The action of a click on an importance grid cell: its row's label and its column's header."""
+    index, row = evt.index, evt.row_value
+    if not (isinstance(index, (list, tuple)) and len(index) == 2 and isinstance(row, list) and row):
+        return gr.skip()
+    return f"cell {random.random()}\n{row[0]}\nhead {int(index[1]) - 1}"
 
 
 def panel_update(ctx: AppContext, cache: MapCache, trigger: str, shown: Any, run_id: Any, source: Any, text: Any,
@@ -143,20 +147,30 @@ def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, t
     c["lens_note"] = gr.Markdown(elem_id="lens-note")
     c["lens"] = gr.Plot(show_label=False, visible=False, elem_id="logit-lens")
 
+    c["action"] = gr.Textbox(visible=False, elem_id="intervene-action")  # what the last click or change asked
+
     @errors_as_messages
-    def update(shown: Any, run_id: Any, source: Any, text: Any, heads: Any, mode: Any, skip_ff: Any,
-               skip_block: Any, positional: Any, prompt: Any, temperature: Any, n_tokens: Any, evt: PanelEvent):
-        out = panel_update(ctx, cache, evt.trigger, shown, run_id, source, text, heads, mode, skip_ff, skip_block,
-                           positional, prompt, temperature, n_tokens, evt.cell)
+    def update(action: Any, shown: Any, run_id: Any, source: Any, text: Any, heads: Any, mode: Any, skip_ff: Any,
+               skip_block: Any, positional: Any, prompt: Any, temperature: Any, n_tokens: Any):
+        trigger, cell = parse_action(action)
+        out = panel_update(ctx, cache, trigger, shown, run_id, source, text, heads, mode, skip_ff, skip_block,
+                           positional, prompt, temperature, n_tokens, cell)
         return {c[k]: v for k, v in out.items()}
 
-    inputs = [c["shown"], run, source, text, c["heads"], c["mode"], c["skip_ff"], c["skip_block"], c["positional"],
-              prompt, temperature, n_tokens]
-    # one event for every change, so its draws apply in order; preprocess=False: the checks name the field
-    gr.on([run.change, source.input, text.submit, apply_btn.click, reset_btn.click, imp_btn.click, c["grid"].select,
-           gen_btn.click], update, inputs=inputs, outputs=list(c.values()), api_name="intervene_view",
-          trigger_mode="always_last", preprocess=False,
-          show_progress_on=[c["answer"], c["metrics"], c["grid"], c["lens"], c["gen_out"]])
+    # Every trigger writes its action into one box (in the browser, at once), and one event draws from it, so
+    # the draws apply in order. While a draw runs, later triggers are deferred to one re-run that Gradio starts
+    # without their event data: the box still holds the last action, and `shown` what the panels show.
+    triggers = {"run": run.change, "source": source.input, "text": text.submit, "apply": apply_btn.click,
+                "reset": reset_btn.click, "importance": imp_btn.click, "generate": gen_btn.click}
+    for name, trigger in triggers.items():
+        gr.on([trigger], None, None, c["action"], js=f"() => '{name} ' + Math.random()")
+    c["grid"].select(cell_action, None, c["action"], api_name="importance_cell", show_progress="hidden")
+    inputs = [c["action"], c["shown"], run, source, text, c["heads"], c["mode"], c["skip_ff"], c["skip_block"],
+              c["positional"], prompt, temperature, n_tokens]
+    # preprocess=False: the checks name the field
+    c["action"].change(update, inputs=inputs, outputs=list(c.values()), api_name="intervene_view",
+                       trigger_mode="always_last", preprocess=False,
+                       show_progress_on=[c["answer"], c["metrics"], c["grid"], c["lens"], c["gen_out"]])
     by_name = {"run_id": run, "source": source, "text": text, "prompt": prompt, "temperature": temperature,
                "n_tokens": n_tokens} | c
     for name, (params, outs) in API.items():  # API only: no trigger on the page

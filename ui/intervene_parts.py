@@ -104,10 +104,10 @@ def answer_parts(cfg: RunConfig, model: Transformer, probe: ProbeInput, name: st
     """The answer table and its one-line summary (`name` and `name`_note) of `model` as it is now."""
     answer = greedy_answer(model, cfg, probe.batch)
     mark = "✓" if answer.exact else "✗"
-    how = "greedy, token by token" if answer.greedy else "next-token predictions"
+    how = " (greedy, token by token)" if answer.greedy else ""
     who = "With interventions" if name == "ablated" else "Intact model"
     return {name: table(styled_answer(answer_frame(answer, probe.dec_labels))),
-            f"{name}_note": f"**{who}: {mark} {answer_summary(answer)}** ({how})"}
+            f"{name}_note": f"**{who}: {mark} {answer_summary(answer)}**{how}"}
 
 
 def _plots(patterns: Optional[dict], probe: Optional[ProbeInput]) -> dict[str, gr.Plot]:
@@ -167,12 +167,13 @@ def generated_text(cfg: RunConfig, model: Transformer, prompt: Any, temperature:
     """The tokens a decoder run writes after `prompt` (its task's input up to the separator, or a language
     model's sequence), as labels."""
     try:
-        temp, n = float(temperature), int(n_tokens)
+        temp, n = float(temperature), float(n_tokens)
     except (TypeError, ValueError):
         raise ConfigError("Temperature", "temperature and tokens to generate must be numbers") from None
-    if not (0 <= temp <= 2 and 1 <= n <= 200):
-        raise ConfigError("Temperature" if n == n_tokens else "Tokens to generate",
-                          "allowed: temperature 0 to 2 (0 is greedy), tokens to generate 1 to 200")
+    if not (1 <= n <= 200 and n.is_integer()):
+        raise ConfigError("Tokens to generate", f"{n_tokens} (allowed: a whole number from 1 to 200)")
+    if not 0 <= temp <= 2:
+        raise ConfigError("Temperature", f"{temperature} (allowed: 0 to 2; 0 is greedy)")
     if not isinstance(prompt, str) or len(prompt) > MAX_TEXT:
         raise ConfigError("Prompt", f"must be text of at most {MAX_TEXT} characters")
     try:
@@ -182,7 +183,7 @@ def generated_text(cfg: RunConfig, model: Transformer, prompt: Any, temperature:
     task = get_task(cfg.task.name)
     scored = (batch.tgt[0] != IGNORE_INDEX).nonzero()
     end = batch.inp.shape[1] if task.lm or not len(scored) else int(scored[0]) + 1  # up to and with the separator
-    new = generate(model, cfg, batch.inp[:, :end], n, temp)
+    new = generate(model, cfg, batch.inp[:, :end], int(n), temp)
     return ("" if cfg.task.name == "text" else " ").join(task.label(cfg.task, t) for t in new)
 
 

@@ -20,7 +20,7 @@ from pandas.io.formats.style import Styler
 from lab.interventions import HeadRef
 from lab.views.probing import Answer, ImportanceMap, Lens
 
-RIGHT, WRONG = "✓", "✗"
+RIGHT, WRONG, MARK = "✓", "✗", "✓/✗"
 MARK_COLOURS = {RIGHT: "color: #1a7f37; font-weight: bold", WRONG: "color: #cf222e; font-weight: bold"}
 ROW_PREFIX = {"dec_self": "", "enc_self": "enc ", "cross": "cross "}  # importance rows: "layer 1", "enc layer 1"
 KIND_NAMES = {"dec_self": "", "enc_self": "encoder self-attention: ", "cross": "cross-attention: "}
@@ -29,19 +29,17 @@ MAX_LENS_LABELS = 48  # past this many positions the lens cells are too narrow f
 
 # ---- the model's answer ------------------------------------------------------------------------------
 def answer_frame(answer: Answer, inputs: Sequence[str] = ()) -> pd.DataFrame:
-    """One row per answer token: the model's prediction, its probability, the right answer, ✓ or ✗. For a
-    language model (next-token predictions) also the input token at that position; a position with no
-    right answer has "—" and no mark."""
+    """One row per answer token: the model's prediction, the right answer, ✓ or ✗, the prediction's
+    probability (short headers: the table shares a row with the answer under interventions). For a language
+    model (next-token predictions) also the input token at that position; a position with no right answer
+    has "—" and no mark."""
     rows = []
     for i, t in enumerate(answer.tokens):
-        mark = "" if t.right is None else RIGHT if t.right else WRONG
         row = {"#": i + 1}
         if not answer.greedy:
             row["input"] = inputs[i] if i < len(inputs) else ""
-        row.update({"predicted" if answer.greedy else "predicts next": t.predicted,
-                    "probability": f"{t.probability:.2f}",
-                    "right answer" if answer.greedy else "right next": "—" if t.expected is None else t.expected,
-                    "": mark})
+        row.update({"predicted": t.predicted, "right": "—" if t.expected is None else t.expected,
+                    MARK: "" if t.right is None else RIGHT if t.right else WRONG, "prob.": f"{t.probability:.2f}"})
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -50,7 +48,7 @@ def styled_answer(frame: pd.DataFrame) -> Styler:
     """The answer table with its ✓ green and ✗ red."""
     if frame.empty:
         return frame.style
-    return frame.style.map(lambda v: MARK_COLOURS.get(v, ""), subset=[""]).hide(axis="index")
+    return frame.style.map(lambda v: MARK_COLOURS.get(v, ""), subset=[MARK]).hide(axis="index")
 
 
 def answer_summary(answer: Answer) -> str:
