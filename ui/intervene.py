@@ -163,7 +163,7 @@ def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, t
     triggers = {"run": run.change, "source": source.input, "text": text.submit, "apply": apply_btn.click,
                 "reset": reset_btn.click, "importance": imp_btn.click, "generate": gen_btn.click}
     for name, trigger in triggers.items():
-        gr.on([trigger], None, None, c["action"], js=f"() => '{name} ' + Math.random()")
+        gr.on([trigger], None, None, c["action"], js=f"() => '{name} ' + Math.random()", api_name=f"action_{name}")
     c["grid"].select(cell_action, None, c["action"], api_name="importance_cell", show_progress="hidden")
     inputs = [c["action"], c["shown"], run, source, text, c["heads"], c["mode"], c["skip_ff"], c["skip_block"],
               c["positional"], prompt, temperature, n_tokens]
