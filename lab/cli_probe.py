@@ -181,9 +181,8 @@ def prompt_tokens(cfg: RunConfig, text: str) -> list[int]:
     from lab.views.analysis import probe_symbols
 
     task, tc = get_task(cfg.task.name), cfg.task
-    encode = getattr(task, "encode_prompt", None)  # TaskShape.encode_prompt: None for symbol tasks
     try:
-        as_typed = encode(tc, text) if encode is not None else None
+        as_typed = task.encode_prompt(tc, text)  # None for tasks whose prompts are symbols
     except ConfigError as exc:  # a character the text lacks
         raise as_flag(exc) from None
     if as_typed is not None:

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from lab.cli import main
-from lab.config import RunConfig
+from lab.config import ModelConfig, RunConfig, TaskConfig
 from lab.engine.store import RunStore
 from lab.interventions import Interventions, parse_heads
 from lab.tasks import get_task
@@ -145,6 +145,28 @@ def test_sample_prints_prompt_and_continuation(trained, capsys):
     cfg, model = loaded(runs, run_id)
     new = generate(model, cfg, torch.tensor([[4, 4, 1, 10]]), 3, 0.0, 0)
     assert capsys.readouterr().out == f"4 4 1 |  ->  {' '.join(map(str, new))}\n"
+
+
+def test_sample_reads_a_text_runs_prompt_as_typed(tmp_path, capsys):
+    """The text task's prompt is characters as typed (spaces included) and its continuation is text; the
+    weights here are the seeded initialisation saved as the run's (what is sampled does not matter)."""
+    cfg = RunConfig(task=TaskConfig(name="text", min_len=2, max_len=16),
+                    model=ModelConfig(n_layers=1, n_heads=2, d_model=16, d_ff=32, n_ctx=32))
+    store = RunStore(tmp_path)
+    run_id = store.create(cfg, owner="test")
+    model = load_model(cfg)
+    store.save_weights(run_id, model.state_dict())
+    argv = ["sample", run_id, "--prompt", "the cat", "--tokens", "5", "--temperature", "0", "--json",
+            "--runs-dir", str(tmp_path)]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    task = get_task("text")
+    assert out["prompt_tokens"] == task.encode_prompt(cfg.task, "the cat")  # 7 characters, the space kept
+    assert out["tokens"] == generate(model, cfg, torch.tensor([out["prompt_tokens"]]), 5, 0.0, 0)
+    assert out["text"] == task.decode(cfg.task, out["tokens"])
+    assert main(argv[:3] + ["the €"] + argv[4:]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lab: error: --prompt: ") and "'€' is not a character of the text" in err, err
 
 
 @pytest.fixture(scope="module")
