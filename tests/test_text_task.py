@@ -295,3 +295,44 @@ def test_cli_show_prints_the_text_short(tmp_path, capsys):
     assert len(out) < 5_000 and "100,000 chars" in out
     assert cli.main(["show", run_id, "--runs-dir", str(store.root), "--json"]) == 0
     assert '"text": "word word' in capsys.readouterr().out  # --json: the config whole, for programs
+
+
+# ---- the Train tab in Chromium -------------------------------------------------------------------
+@pytest.mark.slow
+def test_text_box_upload_and_start_in_chromium(browser_app, tmp_path):
+    """Task text shows the box and the upload button; a binary file is refused beside the button and
+    leaves the box empty; a good file fills it; Start trains a run whose config.json holds the text."""
+    import json
+
+    from playwright.sync_api import expect
+
+    from tests.browser import WAIT_MS, assert_no_errors, choose, chromium, fill, open_page, wait_finished
+
+    binary, good = tmp_path / "picture.txt", tmp_path / "poem.txt"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(512))
+    good.write_text(USER_TEXT, encoding="utf-8")
+    with chromium() as browser:
+        page = open_page(browser, browser_app.url)
+        box = page.locator("#text textarea")
+        expect(box).to_be_hidden()  # another task: no text box
+        choose(page, "#task", "text")
+        expect(box).to_be_visible()
+        for path in (binary, good):
+            with page.expect_file_chooser() as chooser:
+                page.locator("#text-upload").click()
+            chooser.value.set_files(str(path))
+            if path is binary:
+                expect(page.locator("#text-upload-note")).to_contain_text(f"{LABEL}: the file 'picture.txt' is binary")
+                assert box.input_value() == ""
+        expect(page.locator("#text-upload-note")).to_contain_text("Loaded 'poem.txt'")
+        assert box.input_value() == USER_TEXT
+        for sel, value in (("#min_len", "8"), ("#max_len", "16"), ("#steps", "60")):
+            fill(page, sel, value)
+        expect(page.locator("#config-summary")).to_contain_text("Your text")
+        page.locator("#start-btn").click()
+        page.wait_for_function("() => document.querySelector('#run-pick input').value", timeout=WAIT_MS)
+        run_id = page.locator("#run-pick input").input_value()
+        wait_finished(page, browser_app, [run_id], WAIT_MS)
+        config = json.loads((browser_app.runs_dir / run_id / "config.json").read_text(encoding="utf-8"))
+        assert config["task"]["name"] == "text" and config["task"]["text"] == USER_TEXT
+        assert_no_errors(page)
