@@ -100,18 +100,17 @@ def check_text(text: object, field: str = "task.text") -> None:
     """ConfigError naming `field` unless `text` is a valid text for the task (see ALLOWED)."""
     if not isinstance(text, str):
         raise ConfigError(field, f"is not text (allowed: {ALLOWED})")
-    problem = _problem(text)
+    if text and not MIN_CHARS <= len(text) <= MAX_CHARS:  # before the cache: it never holds an oversized text
+        raise ConfigError(field, f"is {len(text):,} characters long (allowed: {ALLOWED})")
+    problem = _problem(text) if text else ""
     if problem:
         raise ConfigError(field, problem)
 
 
 @functools.lru_cache(maxsize=64)
 def _problem(text: str) -> str:
-    """What is wrong with `text`, or '' (cached: a config is validated each time it is built)."""
-    if not text:
-        return ""
-    if len(text) > MAX_CHARS or len(text) < MIN_CHARS:
-        return f"is {len(text):,} characters long (allowed: {ALLOWED})"
+    """What is wrong with the characters of `text`, or '' (cached: a config is validated each time it is
+    built, and its text is the same each time)."""
     bad = _REFUSED.search(text)
     if bad:
         line = text.count("\n", 0, bad.start()) + 1
