@@ -217,7 +217,6 @@ def cmd_sample(args: argparse.Namespace, store: Any) -> int:
     cfg, model = load_run(store, args.run_id)
     import torch
 
-    from lab.tasks import get_task
     from lab.views.probing import generate
 
     try:
