@@ -11,6 +11,7 @@ from collections import OrderedDict
 from typing import Any, Optional
 
 import gradio as gr
+import torch
 
 from lab.config import ConfigError, RunConfig
 from lab.interventions import Interventions, applied, parse_heads, parse_layers
@@ -176,15 +177,20 @@ def generated_text(cfg: RunConfig, model: Transformer, prompt: Any, temperature:
         raise ConfigError("Temperature", f"{temperature} (allowed: 0 to 2; 0 is greedy)")
     if not isinstance(prompt, str) or len(prompt) > MAX_TEXT:
         raise ConfigError("Prompt", f"must be text of at most {MAX_TEXT} characters")
+    task = get_task(cfg.task.name)
     try:
-        batch = parse_probe(cfg, prompt).batch
+        typed = task.encode_prompt(cfg.task, prompt)  # a text task reads characters as typed; None for symbols
+        batch = None if typed is not None else parse_probe(cfg, prompt).batch
     except ConfigError as exc:
         raise ConfigError("Prompt", str(exc).split(": ", 1)[-1]) from None
-    task = get_task(cfg.task.name)
+    if typed is not None:
+        if not typed:
+            raise ConfigError("Prompt", "is empty (type text for the model to continue)")
+        new = generate(model, cfg, torch.tensor([typed]), int(n), temp)  # (1, T) prompt
+        return task.decode(cfg.task, new)
     scored = (batch.tgt[0] != IGNORE_INDEX).nonzero()
     end = batch.inp.shape[1] if task.lm or not len(scored) else int(scored[0]) + 1  # up to and with the separator
-    new = generate(model, cfg, batch.inp[:, :end], int(n), temp)
-    return ("" if cfg.task.name == "text" else " ").join(task.label(cfg.task, t) for t in new)
+    return " ".join(task.label(cfg.task, t) for t in generate(model, cfg, batch.inp[:, :end], int(n), temp))
 
 
 def controls(cfg: Optional[RunConfig]) -> dict[str, Any]:
