@@ -127,7 +127,7 @@ def test_no_figure_label_sits_over_the_figures_own_title(ctx):
     with gr.Blocks():
         tab = build_inspect_tab(ctx)
     plots = [b for b in _walk(tab) if isinstance(b, gr.Plot)]
-    assert len(plots) == 7  # three attention kinds, PCA and similarity for A and B
+    assert len(plots) == 11  # three attention kinds, PCA and similarity for A and B; intervened attention x3, lens
     assert [p.elem_id for p in plots if p.show_label is not False] == []
 
 

@@ -217,3 +217,14 @@ def test_importance_map_cells_are_single_head_knockouts():
     top, rise = imp.ranked()[0]
     assert rise == pytest.approx(float((imp.loss - imp.intact_loss).max()))
     assert f"layer {top.layer} head {top.head}" in imp.sentence()
+
+
+def test_a_typed_text_prompt_keeps_its_spaces_and_scores_each_next_character():
+    from lab.views.analysis import parse_probe
+
+    cfg = RunConfig(model=ModelConfig(n_ctx=64), task=TaskConfig(name="text", min_len=8, max_len=32))
+    p = parse_probe(cfg, "the cat")
+    assert "".join(p.dec_labels) == "the␣cat"
+    assert p.batch.tgt[0, :-1].tolist() == p.batch.inp[0, 1:].tolist() and int(p.batch.tgt[0, -1]) == -100
+    with pytest.raises(ConfigError, match="probe.*'~' is not a character"):
+        parse_probe(cfg, "the ~cat")

@@ -69,6 +69,15 @@ def parse_probe(cfg: RunConfig, text: str) -> ProbeInput:
     For language-model tasks the text is the whole sequence. Raises ConfigError("probe", ...).
     """
     task, tc = get_task(cfg.task.name), cfg.task
+    as_typed = task.encode_prompt(tc, text) if text else None  # a text task reads characters, spaces included
+    if as_typed is not None:
+        if not as_typed:
+            raise ConfigError("probe", "is empty (type some of the text's characters)")
+        tokens = torch.tensor([as_typed])  # (1, n)
+        if tokens.shape[1] > cfg.model.n_ctx:
+            raise ConfigError("probe", f"is {tokens.shape[1]} characters long (allowed: at most the run's "
+                                       f"context length, n_ctx={cfg.model.n_ctx})")
+        return labelled(cfg, Batch(inp=tokens, tgt=typed_lm_targets(task.name, tokens)))
     parts = [p for p in re.split(r"[\s,]+", text.strip()) if p]
     if len(parts) == 1 and len(parts[0]) > 1:
         parts = list(parts[0])  # "312" -> "3", "1", "2"
