@@ -135,7 +135,7 @@ def cmd_ablate(args: argparse.Namespace, store: Any) -> int:
         for which in ("intact", "ablated"):
             m = report[which][split]
             if m is not None:
-                print(f"{name if which == 'intact' else '':17}{which:<7}{m['loss']:9.3f}{m['token_accuracy']:11.3f}"
+                print(f"{name if which == 'intact' else '':17}{which:<7}{m['loss']:9.3f}{m['token_acc']:11.3f}"
                       f"{m['exact_match']:13.3f}")
     return 0
 

@@ -64,7 +64,7 @@ def answer_summary(answer: Answer) -> str:
 
 
 # ---- held-out metrics, intact and intervened --------------------------------------------------------
-METRIC_ROWS = (("loss", "loss", "{:.3f}"), ("token accuracy", "token_accuracy", "{:.1%}"),
+METRIC_ROWS = (("loss", "loss", "{:.3f}"), ("token accuracy", "token_acc", "{:.1%}"),
                ("exact-match", "exact_match", "{:.1%}"))
 SPLIT_NAMES = {"eval": "training lengths", "ood": "longer lengths"}
 

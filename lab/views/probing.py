@@ -39,13 +39,13 @@ def held_out(cfg: RunConfig, split: str = "eval", n: int = HELD_OUT) -> list[Bat
 
 @torch.no_grad()
 def metrics(model: Transformer, batches: list[Batch]) -> Optional[dict[str, float]]:
-    """{"loss", "token_accuracy", "exact_match"} over the scored positions of `batches` (None if none)."""
+    """{"loss", "token_acc", "exact_match"} over the scored positions of `batches` (None if none)."""
     from lab.trainer import evaluate  # one definition of the held-out metrics
 
     if not batches:
         return None
     loss, acc, exact = evaluate(model, batches, torch.device("cpu"))
-    return {"loss": loss, "token_accuracy": acc, "exact_match": exact}
+    return {"loss": loss, "token_acc": acc, "exact_match": exact}
 
 
 def means_for(model: Transformer, cfg: RunConfig, spec: Interventions):
