@@ -64,3 +64,8 @@ def test_interventions_page_quotes_the_map_it_draws():
     drawn = fig.axes[0].images[0].get_array()
     assert np.allclose(drawn, imp.loss - imp.intact_loss)
     assert len(fig.axes[1].get_yticklabels()) == cfg.model.n_layers + 1  # embedding + each layer
+
+
+def test_interventions_page_on_an_untrained_model_says_no_head_matters_yet(subject):
+    _, caption = page_figure("interventions", subject)
+    assert caption.startswith("No single head matters to this model yet") and "Induction heads preset" in caption

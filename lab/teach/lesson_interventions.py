@@ -16,6 +16,7 @@ from lab.views.analysis import ProbeInput
 from lab.views.probing import greedy_answer, importance_map, knockout_summary, logit_lens
 
 BLUE, RED, GREY = "#0072B2", "#D55E00", "#999999"
+MATTERS = 0.01  # a loss rise below this is noise: no head matters (an untrained model)
 N_HELD_OUT = 128  # a page must draw in well under a second: half the importance map's usual batch
 
 
@@ -75,10 +76,13 @@ def interventions(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     scored_in, scored_out = intact.scored, ablated.scored
     wrong_in = sum(not t.right for t in scored_in)
     wrong_out = sum(not t.right for t in scored_out)
-    ratio = top["rise"] / top["median_rise"] if top["median_rise"] > 1e-9 else float("inf")
+    probe_line = (f"On the probe, {wrong_in} of {len(scored_in)} answer tokens are wrong intact and {wrong_out} with "
+                  f"head {top['head']} knocked out. The logit lens shows in which layer the right answer becomes likely.")
+    if top["rise"] < MATTERS:
+        return fig, (f"No single head matters to this model yet: knocking out any one changes its held-out loss "
+                     f"({imp.intact_loss:.2f}) by at most {top['rise']:.3f}. {probe_line} Pick a trained run, e.g. "
+                     f"the 2-layer run of the Induction heads preset.")
+    ratio = top["rise"] / max(top["median_rise"], 1e-9)
     caption = (f"{imp.sentence()[0].upper()}{imp.sentence()[1:]}; the median head raises it by "
-               f"{top['median_rise']:.2f} ({'far more' if ratio >= 3 else 'not far more'} than the median: "
-               f"{ratio:.1f}x). On the probe, {wrong_in} of {len(scored_in)} answer tokens are wrong intact and "
-               f"{wrong_out} with that head knocked out. The logit lens shows in which layer the right answer "
-               f"becomes likely.")
+               f"{top['median_rise']:.2f}, so the top head costs {ratio:.1f}x as much. {probe_line}")
     return fig, caption
