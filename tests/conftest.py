@@ -18,9 +18,12 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import TYPE_CHECKING, Iterator, Optional
 
 import pytest
+
+if TYPE_CHECKING:
+    from ui.common import AppContext
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 120.0  # importing torch and gradio on a busy 2-core host can take a while
@@ -61,6 +64,44 @@ def _answers(url: str) -> bool:
             return resp.status == 200
     except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
         return False
+
+
+def trained_run(store, cfg) -> str:
+    """A run of `cfg` trained to the end in this process (one thread) in `store`; its id."""
+    from lab.engine.record import record_run
+
+    run_id = store.create(cfg)
+    record_run(store, run_id, threads=1)
+    return run_id
+
+
+@contextmanager
+def app_with_run(folder: Path, cfg) -> Iterator[tuple[AppServer, str]]:
+    """`python app.py` on a store in `folder/runs` holding one trained run of `cfg`: (server, run id)."""
+    from lab.engine.store import RunStore
+
+    store = RunStore(folder / "runs")
+    run_id = trained_run(store, cfg)
+    store.close()
+    with launch_app(folder) as server:
+        yield server, run_id
+
+
+@contextmanager
+def app_context(folder: Path, **jobs_kwargs) -> Iterator["AppContext"]:
+    """The UI's context on a store in `folder/runs` with one training slot (JobManager(**jobs_kwargs));
+    jobs shut down and the store closed after."""
+    from lab.engine.jobs import JobManager
+    from lab.engine.store import RunStore
+    from ui.common import AppContext
+
+    store = RunStore(folder / "runs")
+    jobs = JobManager(store, **{"max_concurrent": 1, **jobs_kwargs})
+    try:
+        yield AppContext(store, jobs)
+    finally:
+        jobs.shutdown(wait=True)
+        store.close()
 
 
 @contextmanager

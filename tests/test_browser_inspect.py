@@ -15,14 +15,11 @@ import gradio as gr
 import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.engine.jobs import JobManager
-from lab.engine.record import record_run
 from lab.engine.store import RunStore
 from lab.views.analysis import positional_view
 from lab.views.plots import pca_figure
 from tests.browser import assert_no_errors, chromium, open_page
-from tests.conftest import launch_app
-from ui.common import AppContext
+from tests.conftest import app_context, launch_app, trained_run
 from ui.inspect import attention_view, build_inspect_tab, positional_panel, run_label, typed_note
 
 TINY = RunConfig(model=ModelConfig(n_layers=1, n_heads=2, d_model=16, d_ff=32, pos="learned"),
@@ -35,24 +32,15 @@ def tiny(pos: str = "learned", n_heads: int = 2, **task) -> RunConfig:
     return replace(TINY, model=replace(TINY.model, pos=pos, n_heads=n_heads), task=replace(TINY.task, **task))
 
 
-def trained(store: RunStore, cfg: RunConfig) -> str:
-    run_id = store.create(cfg)
-    record_run(store, run_id, threads=1)
-    return run_id
-
-
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory):
-    store = RunStore(tmp_path_factory.mktemp("inspect") / "runs")
-    jobs = JobManager(store, max_concurrent=1)
-    yield AppContext(store, jobs)
-    jobs.shutdown(wait=True)
-    store.close()
+    with app_context(tmp_path_factory.mktemp("inspect")) as context:
+        yield context
 
 
 @pytest.fixture(scope="module")
 def runs(ctx) -> dict[str, str]:
-    return {"learned": trained(ctx.store, tiny()), "alibi": trained(ctx.store, tiny("alibi", n_heads=4)),
+    return {"learned": trained_run(ctx.store, tiny()), "alibi": trained_run(ctx.store, tiny("alibi", n_heads=4)),
             "queued": ctx.store.create(tiny())}  # no weights yet
 
 
@@ -148,7 +136,7 @@ IMG_SRC = "(sel) => { const i = document.querySelector(sel + ' img'); return i ?
 def inspect_app(tmp_path_factory):
     folder = tmp_path_factory.mktemp("inspect-app")
     store = RunStore(folder / "runs")
-    ids = {name: trained(store, cfg) for name, cfg in BROWSER_RUNS.items()}
+    ids = {name: trained_run(store, cfg) for name, cfg in BROWSER_RUNS.items()}
     store.close()
     with launch_app(folder) as server:
         from gradio_client import Client

@@ -12,11 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from lab.engine.record import record_run
-from lab.engine.store import RunStore
 from lab.teach.presets import INDUCTION
 from tests.browser import assert_no_errors, chromium, open_page
-from tests.conftest import launch_app
+from tests.conftest import app_with_run
 
 pytestmark = pytest.mark.slow
 
@@ -29,12 +27,7 @@ CELLS = """(sel) => Object.fromEntries([...document.querySelectorAll(sel + ' [ro
 
 @pytest.fixture(scope="module")
 def induction_app(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("intervene-app")
-    store = RunStore(folder / "runs")
-    run_id = store.create(INDUCTION)
-    record_run(store, run_id, threads=1)
-    store.close()
-    with launch_app(folder) as server:
+    with app_with_run(tmp_path_factory.mktemp("intervene-app"), INDUCTION) as (server, run_id):
         from gradio_client import Client
 
         yield server, run_id, Client(server.url, verbose=False)

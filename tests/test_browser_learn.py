@@ -9,10 +9,8 @@ from __future__ import annotations
 import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.engine.record import record_run
 from lab.teach.lesson_pages import PAGES
-from lab.engine.store import RunStore
-from tests.conftest import launch_app
+from tests.conftest import app_with_run
 from tests.browser import SHOTS, assert_no_errors, choose, chromium, open_page, shoot
 
 pytestmark = pytest.mark.slow
@@ -31,12 +29,7 @@ NEW_PICTURE = """(prev) => {
 
 @pytest.fixture(scope="module")
 def learn_app(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("learn")
-    store = RunStore(folder / "runs")
-    run_id = store.create(RUN)
-    record_run(store, run_id, threads=1)
-    store.close()
-    with launch_app(folder) as server:
+    with app_with_run(tmp_path_factory.mktemp("learn"), RUN) as (server, run_id):
         yield server, run_id
 
 

@@ -11,13 +11,12 @@ import gradio as gr
 import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.engine.jobs import JobManager
 from lab.engine.record import record_run
-from lab.engine.store import RunStore
 from lab.interventions import HeadRef, Interventions
 from lab.views.analysis import load_model, parse_probe, sampled_probe
 from lab.views.probing import ablation_report, greedy_answer
-from ui.common import AppContext, errors_as_messages
+from tests.conftest import app_context
+from ui.common import errors_as_messages
 from ui.inspect import build_inspect_tab
 from ui.intervene import panel_update
 from ui.intervene_parts import API, MapCache, SEE_NOTE, api_call
@@ -34,11 +33,8 @@ CONTROLS = dict(heads=[], mode="zero", skip_ff=[], skip_block=[], positional="in
 
 @pytest.fixture(scope="module")
 def ctx(tmp_path_factory):
-    store = RunStore(tmp_path_factory.mktemp("intervene") / "runs")
-    jobs = JobManager(store, max_concurrent=1)
-    yield AppContext(store, jobs)
-    jobs.shutdown(wait=True)
-    store.close()
+    with app_context(tmp_path_factory.mktemp("intervene")) as context:
+        yield context
 
 
 @pytest.fixture(scope="module")
