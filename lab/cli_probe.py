@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from lab.config import ConfigError, RunConfig
 
@@ -52,6 +52,8 @@ def add_parsers(sub: Any) -> None:
                    help="instead: the layers x heads map of each head knocked out alone")
     a.add_argument("--kind", default="dec_self", help="which attention the map covers: dec_self (default), "
                    "enc_self or cross (encoder-decoder)")
+    a.add_argument("--step", type=int, default=None, metavar="S",
+                   help="use the weights kept with the attention snapshot at step S (default: the final weights)")
     a.add_argument("--runs-dir", help="run store folder (default: $LAB_RUNS_DIR or runs/)")
     a.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     s = sub.add_parser("sample", help="what a stored decoder run writes after a typed prompt")
@@ -79,19 +81,23 @@ def as_flag(exc: ConfigError) -> ConfigError:
     return ConfigError(flag, str(exc).split(": ", 1)[-1])
 
 
-def load_run(store: Any, run_id: str) -> tuple[RunConfig, "Transformer"]:
-    """The run's config and a fresh CPU model with its final weights."""
+def load_run(store: Any, run_id: str, step: Optional[int] = None) -> tuple[RunConfig, "Transformer", int]:
+    """The run's config, a fresh CPU model with its final weights (or those of the snapshot at `step`), and
+    the step the weights are from."""
     from lab.engine.storefs import RunNotFoundError
     from lab.views.analysis import load_model
 
     cfg = store.config(run_id)  # RunIdError / RunNotFoundError name the run id
     try:
-        weights = store.load_weights(run_id)
-    except RunNotFoundError:
+        weights, at = store.weights_at(run_id, step)
+    except RunNotFoundError as exc:
+        if step is not None:
+            steps = ", ".join(map(str, store.snapshot_steps(run_id))) or "none"
+            raise ConfigError("--step", f"{str(exc).split(': ', 1)[-1]} (snapshot steps: {steps})") from None
         state = store.status(run_id).get("state", "unknown")
         raise ConfigError("run_id", f"{run_id!r} has no saved weights yet (state {state}; weights are saved when "
                           "a run completes or is stopped)") from None
-    return cfg, load_model(cfg, weights)
+    return cfg, load_model(cfg, weights), at
 
 
 # ---- ablate ---------------------------------------------------------------------------------------
@@ -116,7 +122,7 @@ def cmd_ablate(args: argparse.Namespace, store: Any) -> int:
     if not args.importance and spec.empty:
         raise ConfigError("--heads", f"nothing to ablate (give at least one of {_ONE_INTERVENTION}, "
                           "or --importance)")
-    cfg, model = load_run(store, args.run_id)
+    cfg, model, at = load_run(store, args.run_id, args.step)
     if args.importance:
         return _importance(args, cfg, model)
     from lab.views.probing import ablation_report
@@ -126,7 +132,7 @@ def cmd_ablate(args: argparse.Namespace, store: Any) -> int:
     except ConfigError as exc:
         raise as_flag(exc) from None
     if args.json:
-        print(json.dumps({"run_id": args.run_id, **report}))
+        print(json.dumps({"run_id": args.run_id, "step": at, **report}))
         return 0
     print(_run_line(args.run_id, cfg))
     print("interventions: " + "; ".join(report["interventions"]))
@@ -214,7 +220,7 @@ def cmd_sample(args: argparse.Namespace, store: Any) -> int:
         raise ConfigError("run_id", f"{args.run_id!r} is an encoder-decoder run: free generation needs a decoder "
                           "run (an encoder-decoder only answers its input; see Inspect)")
     prompt = prompt_tokens(cfg, args.prompt)  # before the weights are read: a typo is reported at once
-    cfg, model = load_run(store, args.run_id)
+    cfg, model, _ = load_run(store, args.run_id)
     import torch
 
     from lab.views.probing import generate

@@ -41,14 +41,17 @@ class EvalRecord:
 
 @dataclass(frozen=True)
 class SnapshotRecord:
-    """Attention patterns for the run's fixed probe input at one step.
+    """Attention patterns for the run's fixed probe input at one step, and the weights then.
 
     `patterns` maps an attention kind ("enc_self", "dec_self", "cross") to an array
-    of shape (n_layers, n_heads, T_query, T_key), post-softmax, float32.
+    of shape (n_layers, n_heads, T_query, T_key), post-softmax, float32. `weights` holds float16
+    copies of the model's parameters at this step (state_dict names), so that interventions can run on
+    the model as it was then; empty for models too large to keep them (lab/trainer.py).
     """
 
     step: int
     patterns: dict[str, np.ndarray] = field(default_factory=dict)
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 Record = StepRecord | EvalRecord | SnapshotRecord

@@ -36,6 +36,7 @@ from lab.tasks import IGNORE_INDEX, Batch, get_task, probe
 
 _INIT_LOCK = threading.Lock()  # model init uses the global RNG: one thread at a time
 MAX_LOGGED_STEPS = 500  # train records per run, at most (plus the last step)
+SNAPSHOT_WEIGHTS_MAX = 1_000_000  # parameters: larger models keep attention snapshots without their weights
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,14 @@ def probe_attention(model: Transformer, cfg: RunConfig, device: torch.device) ->
     return {k: v[:, 0].float().cpu().numpy() for k, v in out.attention.items()}  # drop batch dim
 
 
+def snapshot_weights(model: Transformer) -> dict[str, np.ndarray]:
+    """float16 copies of the weights for an attention snapshot (interventions at that step), or {} for a
+    model over SNAPSHOT_WEIGHTS_MAX parameters (2 MB a snapshot at most: a class's disk is shared)."""
+    if model.num_params() > SNAPSHOT_WEIGHTS_MAX:
+        return {}
+    return {k: v.detach().float().cpu().numpy().astype(np.float16) for k, v in model.state_dict().items()}
+
+
 def snapshot_steps(tc: TrainConfig) -> set[int]:
     """`snapshots` steps spread evenly from 0 (the untrained model) to the last step."""
     k = tc.snapshots
@@ -194,7 +203,8 @@ def fit(cfgs: Sequence[RunConfig], stepper: Stepper, device: torch.device,
         on_record[i](last_eval[i])
 
     def snapshot(j: int, step: int) -> None:
-        on_record[live[j]](SnapshotRecord(step, probe_attention(stepper.model(j), cfgs[live[j]], device)))
+        model = stepper.model(j)
+        on_record[live[j]](SnapshotRecord(step, probe_attention(model, cfgs[live[j]], device), snapshot_weights(model)))
 
     def checkpoint(j: int, step: int, stop_eval: bool = False, stop_snapshot: bool = False) -> None:
         if on_checkpoint is not None:

@@ -230,3 +230,21 @@ def test_bad_input_names_the_flag(trained, unready, argv, needles, capsys):
     assert err.err.startswith("lab: error: ") and err.err.count("\n") == 1, err.err
     for needle in needles:
         assert needle in err.err, (needle, err.err)
+
+
+def test_ablate_at_a_snapshot_step_uses_the_weights_kept_then(trained, capsys):
+    """`--step 0` is the untrained model (its seeded initialisation, kept in float16 with the snapshot)."""
+    runs, run_id = trained
+    store = RunStore(runs)
+    cfg = store.config(run_id)
+    assert 0 in store.snapshot_steps(run_id)
+    assert main(["ablate", run_id, "--heads", "0.0", "--step", "0", "--json", "--runs-dir", str(runs)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    init = {k: v.half().float() for k, v in load_model(cfg).state_dict().items()}  # what the snapshot kept
+    expected = ablation_report(load_model(cfg, init), cfg, Interventions(heads=parse_heads("0.0")))
+    assert out["step"] == 0
+    close(out["intact"], expected["intact"])
+    final = one_json(lab("ablate", run_id, "--heads", "0.0", "--json", runs_dir=runs))
+    assert final["step"] == cfg.train.steps and final["intact"]["eval"]["loss"] < out["intact"]["eval"]["loss"]
+    assert main(["ablate", run_id, "--heads", "0.0", "--step", "7", "--runs-dir", str(runs)]) == 2
+    assert "--step" in capsys.readouterr().err

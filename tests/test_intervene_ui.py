@@ -185,3 +185,24 @@ def _walk(block):
     for child in getattr(block, "children", []):
         yield child
         yield from _walk(child)
+
+
+def test_the_panel_follows_the_step_slider_to_the_weights_kept_then(ctx, runs):
+    cache = MapCache()
+    run_id = runs["copy"]
+    cfg = ctx.store.config(run_id)
+    shown = show(ctx, cache, run_id)["shown"]  # a new run: its final weights, whatever the slider holds
+    at0 = show(ctx, cache, run_id, "step", shown, step=0)
+    assert at0["weights_note"].startswith("Weights at step 0")
+    init = load_model(cfg, {k: v.half().float() for k, v in load_model(cfg).state_dict().items()})
+    answer = greedy_answer(init, cfg, sampled_probe(cfg).batch)
+    assert [r[1] for r in rows(at0["answer"])] == [t.predicted for t in answer.tokens]  # the untrained model's
+    applied_at0 = show(ctx, cache, run_id, "apply", at0["shown"], heads=["0.0"], step=0)
+    intact_at0 = ablation_report(init, cfg, Interventions(heads=(HeadRef("dec_self", 0, 0),)))["intact"]["eval"]
+    assert rows(applied_at0["metrics"])[0][1] == f"{intact_at0['loss']:.3f}"
+    back = show(ctx, cache, run_id, "step", at0["shown"], step=300)
+    assert "Final weights (step 300)" in back["weights_note"]
+    nowhere = show(ctx, cache, run_id, "step", back["shown"], step=17)  # no snapshot there: the final weights
+    assert "answer" not in nowhere or "Final weights" in nowhere.get("weights_note", "Final weights")
+    typed = show(ctx, cache, run_id, "step", back["shown"], source="typed", text="3 1 2", step=0)
+    assert "Final weights (step 300)" in typed["weights_note"]  # a typed input uses the final weights

@@ -228,3 +228,33 @@ def test_a_typed_text_prompt_keeps_its_spaces_and_scores_each_next_character():
     assert p.batch.tgt[0, :-1].tolist() == p.batch.inp[0, 1:].tolist() and int(p.batch.tgt[0, -1]) == -100
     with pytest.raises(ConfigError, match="probe.*'~' is not a character"):
         parse_probe(cfg, "the ~cat")
+
+
+def test_snapshots_keep_the_weights_of_small_models_only(tmp_path, monkeypatch):
+    import lab.trainer as trainer
+    from lab.engine.record import record_run
+    from lab.engine.store import RunStore
+    from lab.engine.storefs import RunNotFoundError
+
+    store = RunStore(tmp_path / "runs")
+    cfg = RunConfig(model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32),
+                    task=TaskConfig(name="copy", max_len=4), train=TrainConfig(steps=30, eval_every=10, snapshots=3))
+    small = store.create(cfg)
+    record_run(store, small, threads=1)
+    steps = store.snapshot_steps(small)
+    assert steps[0] == 0 and steps[-1] == 30 and len(steps) >= 3
+    mid = steps[1]
+    assert set(store.load_snapshot(small, mid)) == {"dec_self"}  # the patterns alone
+    final, at = store.weights_at(small)
+    kept = store.load_snapshot_weights(small, 30)
+    assert at == 30 and kept.keys() == final.keys()
+    assert all(torch.equal(kept[k], final[k].half().float()) for k in final)  # float16 copies
+    assert all(torch.equal(store.weights_at(small, 0)[0][k], v.half().float())
+               for k, v in load_model(cfg).state_dict().items())  # step 0: the seeded initialisation
+    monkeypatch.setattr(trainer, "SNAPSHOT_WEIGHTS_MAX", 10)
+    large = store.create(cfg)
+    record_run(store, large, threads=1)
+    assert store.load_snapshot_weights(large, mid) is None and set(store.load_snapshot(large, mid)) == {"dec_self"}
+    with pytest.raises(RunNotFoundError, match=f"step: the snapshot at step {mid} kept no weights"):
+        store.weights_at(large, mid)
+    store.close()

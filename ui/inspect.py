@@ -229,7 +229,7 @@ def build_inspect_tab(ctx: AppContext) -> gr.Tab:
         caption = gr.Markdown(elem_id="inspect-caption")
         # the figures carry their own titles: a label above them would repeat (and cover) them
         plots = [gr.Plot(label=KIND_TITLES[k], show_label=False, visible=False, elem_id=f"attn-{k}") for k in KINDS]
-        build_intervene_panel(ctx, run, source, text)  # the answer, interventions, head importance, logit lens
+        build_intervene_panel(ctx, run, source, text, step)  # the answer, interventions, head importance, logit lens
         gr.Markdown("### Positional encodings, side by side")
         with gr.Row():
             sides = []

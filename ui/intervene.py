@@ -1,7 +1,9 @@
 """Inspect's intervention panel (issue 15), for the run and probe input picked above it: the model's answer
 token by token (and free generation for decoder runs); interventions applied on a button, with their effect
 on the held-out metrics, the answer and the attention; the head importance map (a click on a cell knocks
-that head out); the logit lens. All of it runs on the run's final weights (snapshots hold attention only).
+that head out); the logit lens. It runs on the weights at the Training step slider's step with the sampled
+probe (the attention snapshots keep the weights of models up to 1M parameters, in float16), else on the
+run's final weights.
 
 One page event draws every panel (`panel_update`) from the action the last click or change wrote, so its
 draws apply in order, and the panels remember the run and input they show (a gr.State): an event that finds
@@ -23,9 +25,12 @@ from ui.intervene_parts import (API, KINDS, MAX_TEXT, MODES, POSITIONAL, SEE_NOT
                                 answer_parts, api_call, cleared, cleared_ablated, compute_maps, controls, final_model,
                                 generated_text, importance_parts, lens_parts, page_probe, spec_from, table)
 
-TRIGGERS = ("run", "source", "text", "apply", "reset", "importance", "cell", "generate")
+TRIGGERS = ("run", "source", "text", "step", "apply", "reset", "importance", "cell", "generate")
 WEIGHTS_NOTE = ("Final weights (step {step}): the answer, interventions, head importance and logit lens use the "
-                "run's final weights (the snapshots saved during training hold attention only, not weights).")
+                "run's final weights. Move the Training step slider (sampled probe) to use the weights kept with "
+                "an earlier attention snapshot.")
+STEP_NOTE = ("Weights at step {step} (kept with the attention snapshot, in float16): the answer, interventions, "
+             "head importance and logit lens use the model as it was then.")
 
 
 def parse_action(action: Any) -> tuple[str, Optional[tuple[str, str]]]:
@@ -47,10 +52,11 @@ def cell_action(evt: gr.SelectData) -> Any:
 def panel_update(ctx: AppContext, cache: MapCache, trigger: str, shown: Any, run_id: Any, source: Any, text: Any,
                  heads: Any = (), mode: Any = "zero", skip_ff: Any = (), skip_block: Any = (),
                  positional: Any = "intact", prompt: Any = "", temperature: Any = 0.0, n_tokens: Any = 20,
-                 cell: Optional[tuple[str, str]] = None) -> dict[str, Any]:
+                 cell: Optional[tuple[str, str]] = None, step: Any = None) -> dict[str, Any]:
     """What the page shows after `trigger` ("run", "source", "text", "apply", "reset", "importance", "cell",
     "generate"): output name -> value, for the outputs that change. `shown` is what the panels show
-    ("run id, source, text"); a run other than the shown one resets every panel and control first."""
+    ("run id, source, text, step"); a run other than the shown one resets every panel and control first.
+    `step` is the Training step slider's value."""
     if not run_id:
         return cleared(None) | {"shown": ""}
     ctx.store.path(run_id)  # RunIdError: not a run id
@@ -58,8 +64,11 @@ def panel_update(ctx: AppContext, cache: MapCache, trigger: str, shown: Any, run
         if not (text or "").strip():
             return {}
         source = "typed"  # Enter in the box picks the typed input, as the attention view does
-    key = f"{run_id}\n{source}\n{text if source == 'typed' else ''}"
     fresh = trigger == "run" or str(shown or "").split("\n")[0] != run_id
+    # the slider's step (sampled probe only: a typed one uses the final weights, as the attention view does);
+    # on a new run the slider may still hold the previous run's step: the final weights then
+    want = None if fresh or source == "typed" else step
+    key = f"{run_id}\n{source}\n{text if source == 'typed' else ''}\n{want if want is not None else ''}"
     out: dict[str, Any] = {"shown": key}
     if fresh:
         cfg = ctx.store.config(run_id)
@@ -67,11 +76,14 @@ def panel_update(ctx: AppContext, cache: MapCache, trigger: str, shown: Any, run
             return out | cleared(cfg, "This run has no final weights yet: its answer, interventions and head "
                                       "importance come when it finishes.")
         out |= cleared(cfg)
-    cfg, model, step = final_model(ctx, run_id)
+    cfg, model, step = final_model(ctx, run_id, want)
+    out["shown"] = key = f"{run_id}\n{source}\n{text if source == 'typed' else ''}\n{step}"
     probe = page_probe(cfg, source, text)
     if fresh or key != shown:
         answer = answer_parts(cfg, model, probe) if probe else {"answer": table(), "answer_note": SEE_NOTE}
-        out |= {"weights_note": WEIGHTS_NOTE.format(step=step)} | answer | lens_parts(cfg, model, probe)
+        final = int((ctx.store.summary(run_id) or {}).get("steps") or 0)
+        note = (WEIGHTS_NOTE if step == final else STEP_NOTE).format(step=step)
+        out |= {"weights_note": note} | answer | lens_parts(cfg, model, probe)
         out |= cleared_ablated("" if fresh else "Press Apply to see this input with the interventions.")
     if fresh:
         maps = cache.get((run_id, step, "zero"))
@@ -94,8 +106,9 @@ def panel_update(ctx: AppContext, cache: MapCache, trigger: str, shown: Any, run
     return out
 
 
-def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, text: gr.Textbox) -> None:
-    """The panel, under Inspect's attention: it follows the run and probe input picked there."""
+def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, text: gr.Textbox,
+                          step: gr.Slider) -> None:
+    """The panel, under Inspect's attention: it follows the run, probe input and training step picked there."""
     cache, c = MapCache(), {}  # c: output name -> component
     c["shown"] = gr.State("")
     gr.Markdown("### The model's answer")
@@ -117,8 +130,8 @@ def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, t
             gen_btn = gr.Button("Generate", min_width=120, elem_id="generate-btn")
         c["gen_out"] = gr.Textbox(label="Generated (after the prompt)", interactive=False, lines=2,
                                   elem_id="generate-output")
-    gr.Markdown("### Interventions\nCompose them, then **Apply**. They act on the final weights at inference "
-                "(hooks on the model; the stored weights never change).")
+    gr.Markdown("### Interventions\nCompose them, then **Apply**. They act on the weights named above, at "
+                "inference (hooks on the model; the stored weights never change).")
     with gr.Row():
         c["heads"] = gr.CheckboxGroup([], label="Heads to knock out (layer.head)", scale=3, min_width=300,
                                       elem_id="intervene-heads")
@@ -151,22 +164,23 @@ def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, t
 
     @errors_as_messages
     def update(action: Any, shown: Any, run_id: Any, source: Any, text: Any, heads: Any, mode: Any, skip_ff: Any,
-               skip_block: Any, positional: Any, prompt: Any, temperature: Any, n_tokens: Any):
+               skip_block: Any, positional: Any, prompt: Any, temperature: Any, n_tokens: Any, step: Any):
         trigger, cell = parse_action(action)
         out = panel_update(ctx, cache, trigger, shown, run_id, source, text, heads, mode, skip_ff, skip_block,
-                           positional, prompt, temperature, n_tokens, cell)
+                           positional, prompt, temperature, n_tokens, cell, step)
         return {c[k]: v for k, v in out.items()}
 
     # Every trigger writes its action into one box (in the browser, at once), and one event draws from it, so
     # the draws apply in order. While a draw runs, later triggers are deferred to one re-run that Gradio starts
     # without their event data: the box still holds the last action, and `shown` what the panels show.
-    triggers = {"run": run.change, "source": source.input, "text": text.submit, "apply": apply_btn.click,
+    triggers = {"run": run.change, "source": source.input, "text": text.submit, "step": step.release,
+                "apply": apply_btn.click,
                 "reset": reset_btn.click, "importance": imp_btn.click, "generate": gen_btn.click}
     for name, trigger in triggers.items():
         gr.on([trigger], None, None, c["action"], js=f"() => '{name} ' + Math.random()", api_name=f"action_{name}")
     c["grid"].select(cell_action, None, c["action"], api_name="importance_cell", show_progress="hidden")
     inputs = [c["action"], c["shown"], run, source, text, c["heads"], c["mode"], c["skip_ff"], c["skip_block"],
-              c["positional"], prompt, temperature, n_tokens]
+              c["positional"], prompt, temperature, n_tokens, step]
     # preprocess=False: the checks name the field
     c["action"].change(update, inputs=inputs, outputs=list(c.values()), api_name="intervene_view",
                        trigger_mode="always_last", preprocess=False,

@@ -14,6 +14,7 @@ import gradio as gr
 import torch
 
 from lab.config import ConfigError, RunConfig
+from lab.engine.storefs import RunNotFoundError
 from lab.interventions import Interventions, applied, parse_heads, parse_layers
 from lab.model import Transformer
 from lab.tasks import IGNORE_INDEX, get_task
@@ -57,14 +58,22 @@ class MapCache:
                 self._maps.popitem(last=False)
 
 
-def final_model(ctx: AppContext, run_id: Any) -> tuple[RunConfig, Transformer, int]:
-    """(config, a fresh model with the run's final weights, the step they are from)."""
+def final_model(ctx: AppContext, run_id: Any, step: Any = None) -> tuple[RunConfig, Transformer, int]:
+    """(config, a fresh model, the step its weights are from): the weights kept with the attention snapshot at
+    `step` where there are some, else the run's final weights."""
     ctx.store.path(run_id)  # RunIdError: not a run id (no path tricks)
     summary = ctx.store.summary(run_id)
     if summary is None:
         raise ConfigError("Run", "this run has no final weights yet: wait until it finishes")
     cfg = ctx.store.config(run_id)
-    return cfg, load_model(cfg, ctx.store.load_weights(run_id)), int(summary.get("steps") or 0)
+    final = int(summary.get("steps") or 0)
+    if isinstance(step, (int, float)) and step == step and 0 <= step != final:
+        try:
+            weights, at = ctx.store.weights_at(run_id, int(step))
+            return cfg, load_model(cfg, weights), at
+        except (RunNotFoundError, ValueError):
+            pass  # no snapshot there, or one without weights: the final weights
+    return cfg, load_model(cfg, ctx.store.load_weights(run_id)), final
 
 
 def probe_input(cfg: RunConfig, source: Any, text: Any) -> ProbeInput:

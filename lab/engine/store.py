@@ -2,7 +2,8 @@
 
 Layout of `<root>/<run_id>/`: `config.json` (written once), `status.json` (rewritten
 atomically), `metrics.jsonl` (one JSON line per train/eval record, append-only),
-`weights.safetensors`, `attention/step_0000100.safetensors`, `summary.json`, and the latest
+`weights.safetensors`, `attention/step_0000100.safetensors` (the probe's attention and, for models up to
+1M parameters, float16 weights at that step), `summary.json`, and the latest
 `checkpoint.safetensors` (written and read by continuation.py, which continues a run in its folder).
 A run is built in a dot-folder and renamed into place, so a crash never leaves a
 half-written run; every JSON file is replaced atomically, so readers never see a torn
@@ -56,6 +57,9 @@ _MAX_OPEN_HANDLES = 64
 @functools.lru_cache(maxsize=1)
 def _config_columns() -> tuple[str, ...]:
     return tuple(flatten(RunConfig()))
+
+
+WEIGHTS_PREFIX = "weights."  # snapshot file keys of the weights kept beside the attention patterns
 
 
 class RunStore:
@@ -269,6 +273,7 @@ class RunStore:
         folder = self._existing(run_id) / "attention"
         folder.mkdir(exist_ok=True)
         arrays = {k: np.ascontiguousarray(v, dtype=np.float16) for k, v in rec.patterns.items()}
+        arrays |= {WEIGHTS_PREFIX + k: np.ascontiguousarray(v, dtype=np.float16) for k, v in rec.weights.items()}
         _atomic_write(folder / f"step_{rec.step:07d}.safetensors", _np_bytes(arrays), temp_tag(self.root))
 
     def snapshot_steps(self, run_id: str) -> list[int]:
@@ -276,12 +281,37 @@ class RunStore:
         names = (p.name for p in folder.glob("step_*.safetensors")) if folder.is_dir() else ()
         return sorted(int(n[5:-12]) for n in names if n[5:-12].isdigit())
 
-    def load_snapshot(self, run_id: str, step: int) -> dict[str, np.ndarray]:
+    def _snapshot(self, run_id: str, step: int) -> dict[str, np.ndarray]:
         _check_step(step)
         path = self._existing(run_id) / "attention" / f"step_{step:07d}.safetensors"
         if not path.is_file():
             raise RunNotFoundError(f"step: run {run_id!r} has no attention snapshot at step {step}")
-        return {k: v.astype(np.float32) for k, v in _safe_load(path, _np_load).items()}
+        return _safe_load(path, _np_load)
+
+    def load_snapshot(self, run_id: str, step: int) -> dict[str, np.ndarray]:
+        """The probe's attention at a snapshot step: kind -> (layers, heads, Tq, Tk) float32."""
+        return {k: v.astype(np.float32) for k, v in self._snapshot(run_id, step).items()
+                if not k.startswith(WEIGHTS_PREFIX)}
+
+    def load_snapshot_weights(self, run_id: str, step: int) -> dict[str, torch.Tensor] | None:
+        """The weights kept with the snapshot at `step` (float16 values as float32 tensors), or None where
+        that snapshot has none (a model too large to keep them, or a run stored before they were kept)."""
+        weights = {k[len(WEIGHTS_PREFIX):]: torch.from_numpy(v.astype(np.float32))
+                   for k, v in self._snapshot(run_id, step).items() if k.startswith(WEIGHTS_PREFIX)}
+        return weights or None
+
+    def weights_at(self, run_id: str, step: int | None = None) -> tuple[dict[str, torch.Tensor], int]:
+        """(weights, their step): the final weights (step None, or the run's last step), else those kept with
+        the attention snapshot at `step`. RunNotFoundError naming `step` where there are none."""
+        summary = self.summary(run_id) or {}
+        last = int(summary.get("steps") or 0)
+        if step is None or (summary and step == last):
+            return self.load_weights(run_id), last
+        weights = self.load_snapshot_weights(run_id, step)
+        if weights is None:
+            raise RunNotFoundError(f"step: the snapshot at step {step} kept no weights (a model over 1M parameters, "
+                                   "or a run stored before snapshots kept them): use the final weights")
+        return weights, step
 
     def write_summary(self, run_id: str, summary: dict[str, Any]) -> None:
         if not isinstance(summary, dict):
