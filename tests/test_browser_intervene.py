@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lab.teach.presets import INDUCTION
-from tests.browser import assert_no_errors, chromium, open_page
+from tests.browser import SHOTS, assert_no_errors, chromium, open_page, shoot
 from tests.conftest import app_with_run
 
 pytestmark = pytest.mark.slow
@@ -100,8 +100,7 @@ def test_a_student_knocks_out_the_top_head_and_the_copy_fails(induction_app, tmp
         assert page.evaluate(CELLS, "#ablated-table")  # its table is on screen beside the intact one
         assert page.locator("#ablated-attn-dec_self img").is_visible()
         assert page.locator("#logit-lens img").is_visible()
-        page.locator("#intervene-metrics").evaluate("e => e.scrollIntoView({block: 'start'})")
-        page.screenshot(path=str(tmp_path / "intervene-1400.png"), full_page=True)
+        shoot(page, SHOTS / "interventions.png", top="#answer-weights-note", settle_ms=500)  # the README's picture
         assert_no_errors(page)
 
         page.locator("#intervene-reset").click()  # Reset clears the interventions
