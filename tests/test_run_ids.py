@@ -68,6 +68,7 @@ def test_cli_show_refuses(store, bad, capsys):
 
 # ---- every endpoint of the launched app that takes a run id ------------------------------------------
 OTHER_ARGS = {"who": "u" * 32, "owner": "u" * 32, "runs": [], "my_runs": [], "source": "sampled", "text": "",
+              "prompt": "1 2",  # symbols of the runs' task (copy): a refusal then speaks of the run
               "probe": "", "step": 0, "metric": "train loss", "x": "step", "smoothing": 0.0, "diff_only": True,
               "grouped": False, "group": False}
 
