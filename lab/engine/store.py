@@ -31,17 +31,14 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import numpy as np
 import pandas as pd
-import torch
-from safetensors.numpy import load_file as _np_load, save as _np_bytes
-from safetensors.torch import load_file as _pt_load, save as _pt_bytes
 
 from lab.config import ConfigError, RunConfig, flatten
-from lab.records import EvalRecord, SnapshotRecord, StepRecord
+from lab.records import EvalRecord, StepRecord
 from lab.engine.liveness import stamp, stamp_alive
-from lab.engine.storefs import (DamagedRunError, RunIdError, RunNotFoundError, _atomic_write, _check_step,
-                                _dumps, _flatten_summary, _read_json, _safe_load, jsonl_problem, last_step, now_iso,
+from lab.engine.tensors import RunTensors
+from lab.engine.storefs import (DamagedRunError, RunIdError, RunNotFoundError, _atomic_write,
+                                _dumps, _flatten_summary, _read_json, jsonl_problem, last_step, now_iso,
                                 safetensors_problem, sweep, temp_tag)
 
 RUN_STATES = ("queued", "running", "completed", "stopped", "failed", "interrupted")
@@ -59,10 +56,7 @@ def _config_columns() -> tuple[str, ...]:
     return tuple(flatten(RunConfig()))
 
 
-WEIGHTS_PREFIX = "weights."  # snapshot file keys of the weights kept beside the attention patterns
-
-
-class RunStore:
+class RunStore(RunTensors):
     """A folder of runs. Thread-safe within a process; one writer process per run."""
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
@@ -247,71 +241,6 @@ class RunStore:
         frame = pd.DataFrame(rows, columns=None if rows else _METRIC_COLUMNS)
         extra = [c for c in frame.columns if c not in _METRIC_COLUMNS]
         return frame.reindex(columns=_METRIC_COLUMNS + extra)
-
-    # ---- weights, snapshots, summary ---------------------------------------------
-    def save_weights(self, run_id: str, state_dict: dict[str, torch.Tensor]) -> None:
-        """Save CPU copies as weights.safetensors (atomically; copies also untie shared storage)."""
-        tensors = {}
-        for key, value in state_dict.items():
-            if not isinstance(value, torch.Tensor):
-                raise TypeError(f"state_dict[{key!r}]: expected a tensor, got {type(value).__name__}")
-            tensors[key] = value.detach().to("cpu", copy=True).contiguous()
-        # serialised in memory, then our atomic write: safetensors' own save_file renames a `.tmpXXXXXX`
-        # file of its own, which a SIGKILL leaves behind with no writer's name on it for the sweep
-        _atomic_write(self._existing(run_id) / "weights.safetensors", _pt_bytes(tensors), temp_tag(self.root))
-
-    def load_weights(self, run_id: str) -> dict[str, torch.Tensor]:
-        """The final weights (safetensors: tensors only, nothing is unpickled or executed)."""
-        path = self._existing(run_id) / "weights.safetensors"
-        if not path.is_file():
-            raise RunNotFoundError(f"run_id: {run_id!r} has no saved weights")
-        return _safe_load(path, _pt_load)
-
-    def save_snapshot(self, run_id: str, rec: SnapshotRecord) -> None:
-        """Attention patterns at rec.step -> attention/step_{step:07d}.safetensors (float16)."""
-        _check_step(rec.step)
-        folder = self._existing(run_id) / "attention"
-        folder.mkdir(exist_ok=True)
-        arrays = {k: np.ascontiguousarray(v, dtype=np.float16) for k, v in rec.patterns.items()}
-        arrays |= {WEIGHTS_PREFIX + k: np.ascontiguousarray(v, dtype=np.float16) for k, v in rec.weights.items()}
-        _atomic_write(folder / f"step_{rec.step:07d}.safetensors", _np_bytes(arrays), temp_tag(self.root))
-
-    def snapshot_steps(self, run_id: str) -> list[int]:
-        folder = self._existing(run_id) / "attention"
-        names = (p.name for p in folder.glob("step_*.safetensors")) if folder.is_dir() else ()
-        return sorted(int(n[5:-12]) for n in names if n[5:-12].isdigit())
-
-    def _snapshot(self, run_id: str, step: int) -> dict[str, np.ndarray]:
-        _check_step(step)
-        path = self._existing(run_id) / "attention" / f"step_{step:07d}.safetensors"
-        if not path.is_file():
-            raise RunNotFoundError(f"step: run {run_id!r} has no attention snapshot at step {step}")
-        return _safe_load(path, _np_load)
-
-    def load_snapshot(self, run_id: str, step: int) -> dict[str, np.ndarray]:
-        """The probe's attention at a snapshot step: kind -> (layers, heads, Tq, Tk) float32."""
-        return {k: v.astype(np.float32) for k, v in self._snapshot(run_id, step).items()
-                if not k.startswith(WEIGHTS_PREFIX)}
-
-    def load_snapshot_weights(self, run_id: str, step: int) -> dict[str, torch.Tensor] | None:
-        """The weights kept with the snapshot at `step` (float16 values as float32 tensors), or None where
-        that snapshot has none (a model too large to keep them, or a run stored before they were kept)."""
-        weights = {k[len(WEIGHTS_PREFIX):]: torch.from_numpy(v.astype(np.float32))
-                   for k, v in self._snapshot(run_id, step).items() if k.startswith(WEIGHTS_PREFIX)}
-        return weights or None
-
-    def weights_at(self, run_id: str, step: int | None = None) -> tuple[dict[str, torch.Tensor], int]:
-        """(weights, their step): the final weights (step None, or the run's last step), else those kept with
-        the attention snapshot at `step`. RunNotFoundError naming `step` where there are none."""
-        summary = self.summary(run_id) or {}
-        last = int(summary.get("steps") or 0)
-        if step is None or (summary and step == last):
-            return self.load_weights(run_id), last
-        weights = self.load_snapshot_weights(run_id, step)
-        if weights is None:
-            raise RunNotFoundError(f"step: the snapshot at step {step} kept no weights (a model over 1M parameters, "
-                                   "or a run stored before snapshots kept them): use the final weights")
-        return weights, step
 
     def write_summary(self, run_id: str, summary: dict[str, Any]) -> None:
         if not isinstance(summary, dict):
