@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from lab.config import ConfigError, RunConfig
@@ -180,38 +179,13 @@ def _importance(args: argparse.Namespace, cfg: RunConfig, model: "Transformer") 
 
 # ---- sample ---------------------------------------------------------------------------------------
 def prompt_tokens(cfg: RunConfig, text: str) -> list[int]:
-    """A typed prompt -> token ids: symbols of the task separated by spaces or commas ("3 1 2", or "312");
-    a sequence-to-sequence task's prompt gets its separator after it unless it was typed. A task that reads
-    text as typed (`text`: character by character) encodes it itself."""
-    from lab.tasks import get_task
-    from lab.views.analysis import probe_symbols
+    """A typed prompt -> token ids (lab.views.analysis.generation_prompt), errors named by --prompt."""
+    from lab.views.analysis import generation_prompt
 
-    task, tc = get_task(cfg.task.name), cfg.task
     try:
-        as_typed = task.encode_prompt(tc, text)  # None for tasks whose prompts are symbols
-    except ConfigError as exc:  # a character the text lacks
+        return generation_prompt(cfg, text)[0].tolist()
+    except ConfigError as exc:
         raise as_flag(exc) from None
-    if as_typed is not None:
-        if not as_typed:
-            raise ConfigError("--prompt", f"is empty (type text to continue for task {tc.name!r})")
-        return list(as_typed)
-    names = probe_symbols(cfg)
-    sep = None if task.lm else task.label(tc, task.sep(tc))
-    if sep is not None:
-        names = {**names, sep: task.sep(tc)}
-    parts = []
-    for part in (p for p in re.split(r"[\s,]+", text.strip()) if p):  # "312|" -> "3", "1", "2", "|"
-        glued = part not in names and all(c in names for c in part)
-        parts += list(part) if glued else [part]
-    allowed = ", ".join(list(names)[:12]) + (" ..." if len(names) > 12 else "")
-    if not parts:
-        raise ConfigError("--prompt", f"is empty (type symbols of task {tc.name!r}: {allowed})")
-    bad = [p for p in parts if p not in names]
-    if bad:
-        raise ConfigError("--prompt", f"{bad[0]!r} is not a symbol of task {tc.name!r} (allowed: {allowed})")
-    if sep is not None and sep not in parts:
-        parts.append(sep)
-    return [names[p] for p in parts]
 
 
 def cmd_sample(args: argparse.Namespace, store: Any) -> int:
@@ -223,6 +197,7 @@ def cmd_sample(args: argparse.Namespace, store: Any) -> int:
     cfg, model, _ = load_run(store, args.run_id)
     import torch
 
+    from lab.views.analysis import tokens_text
     from lab.views.probing import generate
 
     try:
@@ -230,12 +205,12 @@ def cmd_sample(args: argparse.Namespace, store: Any) -> int:
     except ConfigError as exc:
         raise as_flag(exc) from None
     out = {"run_id": args.run_id, "prompt": _labels(cfg, prompt), "prompt_tokens": prompt, "tokens": new,
-           "continuation": _labels(cfg, new), "text": _text(cfg, new), "temperature": args.temperature,
+           "continuation": _labels(cfg, new), "text": tokens_text(cfg, new), "temperature": args.temperature,
            "seed": args.seed}
     if args.json:
         print(json.dumps(out))
     else:
-        print(f"{_text(cfg, prompt)}  ->  {out['text']}")
+        print(f"{tokens_text(cfg, prompt)}  ->  {out['text']}")
     return 0
 
 
@@ -244,11 +219,3 @@ def _labels(cfg: RunConfig, tokens: list[int]) -> list[str]:
 
     task = get_task(cfg.task.name)
     return [task.label(cfg.task, t) for t in tokens]
-
-
-def _text(cfg: RunConfig, tokens: list[int]) -> str:
-    """Tokens as a reader writes them: characters as they are for a text task, else labels with spaces."""
-    from lab.tasks import get_task
-
-    decode = getattr(get_task(cfg.task.name), "decode", None)  # the text task's characters
-    return decode(cfg.task, tokens) if decode is not None else " ".join(_labels(cfg, tokens))

@@ -11,14 +11,13 @@ from collections import OrderedDict
 from typing import Any, Optional
 
 import gradio as gr
-import torch
 
 from lab.config import ConfigError, RunConfig
 from lab.engine.storefs import RunNotFoundError
 from lab.interventions import Interventions, applied, parse_heads, parse_layers
 from lab.model import Transformer
-from lab.tasks import IGNORE_INDEX, get_task
-from lab.views.analysis import ProbeInput, attention, load_model, parse_probe, sampled_probe
+from lab.views.analysis import (ProbeInput, attention, generation_prompt, load_model, parse_probe, sampled_probe,
+                                tokens_text)
 from lab.views.plots import KIND_TITLES, attention_grid
 from lab.views.probe_plots import (answer_frame, answer_summary, importance_frame, importance_sentence,
                                    lens_figure, metrics_frame, styled_answer)
@@ -186,20 +185,11 @@ def generated_text(cfg: RunConfig, model: Transformer, prompt: Any, temperature:
         raise ConfigError("Temperature", f"{temperature} (allowed: 0 to 2; 0 is greedy)")
     if not isinstance(prompt, str) or len(prompt) > MAX_TEXT:
         raise ConfigError("Prompt", f"must be text of at most {MAX_TEXT} characters")
-    task = get_task(cfg.task.name)
     try:
-        typed = task.encode_prompt(cfg.task, prompt)  # a text task reads characters as typed; None for symbols
-        batch = None if typed is not None else parse_probe(cfg, prompt).batch
+        tokens = generation_prompt(cfg, prompt)  # (1, T)
     except ConfigError as exc:
         raise ConfigError("Prompt", str(exc).split(": ", 1)[-1]) from None
-    if typed is not None:
-        if not typed:
-            raise ConfigError("Prompt", "is empty (type text for the model to continue)")
-        new = generate(model, cfg, torch.tensor([typed]), int(n), temp)  # (1, T) prompt
-        return task.decode(cfg.task, new)
-    scored = (batch.tgt[0] != IGNORE_INDEX).nonzero()
-    end = batch.inp.shape[1] if task.lm or not len(scored) else int(scored[0]) + 1  # up to and with the separator
-    return " ".join(task.label(cfg.task, t) for t in generate(model, cfg, batch.inp[:, :end], int(n), temp))
+    return tokens_text(cfg, generate(model, cfg, tokens, int(n), temp))
 
 
 def controls(cfg: Optional[RunConfig]) -> dict[str, Any]:

@@ -106,6 +106,32 @@ def parse_probe(cfg: RunConfig, text: str) -> ProbeInput:
     return labelled(cfg, batch)
 
 
+def generation_prompt(cfg: RunConfig, text: str) -> torch.Tensor:
+    """A typed prompt for free generation -> (1, T) tokens: a text task's characters as typed (any length:
+    generation crops its context), a language model's sequence, or a sequence-to-sequence task's input and
+    its separator (typed or not). ConfigError("probe", ...) as `parse_probe`."""
+    task, tc = get_task(cfg.task.name), cfg.task
+    typed = task.encode_prompt(tc, text) if text else None
+    if typed:
+        return torch.tensor([typed])  # (1, T)
+    if not task.lm:
+        sep = task.label(tc, task.sep(tc))
+        text = text.rstrip()
+        text = text[: -len(sep)] if text.endswith(sep) else text  # "4,4,1|": the separator is added once
+    batch = parse_probe(cfg, text).batch
+    if task.lm:
+        return batch.inp
+    scored = (batch.tgt[0] != IGNORE_INDEX).nonzero()
+    return batch.inp[:, : int(scored[0]) + 1]  # (1, prompt + SEP)
+
+
+def tokens_text(cfg: RunConfig, tokens: list[int]) -> str:
+    """Tokens as a reader writes them: a text task's characters as they are, else labels with spaces."""
+    task = get_task(cfg.task.name)
+    decode = getattr(task, "decode", None)  # the text task's characters
+    return decode(cfg.task, tokens) if decode is not None else " ".join(task.label(cfg.task, t) for t in tokens)
+
+
 def typed_lm_targets(task_name: str, tokens: torch.Tensor) -> torch.Tensor:
     """Next-token targets of a typed language-model sequence (1, n): the typed next token, except at the
     last position (unknown). For induction only the positions a repeat makes predictable are scored: the
