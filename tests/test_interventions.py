@@ -258,3 +258,15 @@ def test_snapshots_keep_the_weights_of_small_models_only(tmp_path, monkeypatch):
     with pytest.raises(RunNotFoundError, match=f"step: the snapshot at step {mid} kept no weights"):
         store.weights_at(large, mid)
     store.close()
+
+
+def test_mean_ablation_report_uses_the_means_over_its_held_out_batches():
+    cfg = run_cfg()
+    model = model_for(cfg, seed=3)
+    spec = Interventions(heads=(HeadRef("dec_self", 1, 2),), mode="mean")
+    report = ablation_report(model, cfg, spec, n=32)
+    batches = eval_batches(cfg.task, cfg.model.arch, "eval", 32)
+    with applied(model, spec, head_means(model, batches)):
+        assert report["ablated"]["eval"]["loss"] == pytest.approx(metrics(model, batches)["loss"])
+    with applied(model, Interventions(heads=spec.heads)):  # zero ablation differs: the means went in
+        assert report["ablated"]["eval"]["loss"] != pytest.approx(metrics(model, batches)["loss"])

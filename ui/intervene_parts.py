@@ -131,12 +131,13 @@ def _plots(patterns: Optional[dict], probe: Optional[ProbeInput]) -> dict[str, g
 
 def ablated_parts(cfg: RunConfig, model: Transformer, spec: Interventions, probe: Optional[ProbeInput]) -> dict:
     """Held-out metrics intact vs with `spec`, and the probe's answer and attention with it."""
-    report = ablation_report(model, cfg, spec)
+    means = means_for(model, cfg, spec)  # once, for the held-out metrics and the probe
+    report = ablation_report(model, cfg, spec, means=means)
     done = "; ".join(report["interventions"]) or "none chosen (both columns are the intact model)"
     out = {"metrics": table(metrics_frame(report)), "applied_note": f"Interventions applied: {done}."}
     if probe is None:
         return out | cleared_ablated(SEE_NOTE)
-    with applied(model, spec, means_for(model, cfg, spec)):
+    with applied(model, spec, means):
         out |= answer_parts(cfg, model, probe, "ablated") | _plots(attention(model, probe.batch), probe)
     return out
 

@@ -48,18 +48,25 @@ def metrics(model: Transformer, batches: list[Batch]) -> Optional[dict[str, floa
     return {"loss": loss, "token_acc": acc, "exact_match": exact}
 
 
-def means_for(model: Transformer, cfg: RunConfig, spec: Interventions):
-    """Head means over the held-out set when `spec` asks for mean ablation, else None."""
-    return head_means(model, held_out(cfg)) if spec.mode == "mean" and spec.heads else None
+def means_for(model: Transformer, cfg: RunConfig, spec: Interventions, batches: Optional[list[Batch]] = None):
+    """Head means over the held-out set (`batches`, else made here) when `spec` asks for mean ablation,
+    else None."""
+    if spec.mode != "mean" or not spec.heads:
+        return None
+    return head_means(model, held_out(cfg) if batches is None else batches)
 
 
-def ablation_report(model: Transformer, cfg: RunConfig, spec: Interventions, n: int = HELD_OUT) -> dict:
+def ablation_report(model: Transformer, cfg: RunConfig, spec: Interventions, n: int = HELD_OUT,
+                    means: Optional[dict] = None) -> dict:
     """{"intact": {"eval": .., "ood": ..}, "ablated": {...}, "interventions": [..]}: held-out metrics at
-    training lengths and at longer ones (None where the task has none), before and with `spec`."""
+    training lengths and at longer ones (None where the task has none), before and with `spec` (`means`:
+    the head means of mean ablation, when the caller has them)."""
     spec.check(model)
     splits = {s: held_out(cfg, s, n) for s in ("eval", "ood")}
     intact = {s: metrics(model, b) for s, b in splits.items()}
-    with applied(model, spec, means_for(model, cfg, spec)):
+    if means is None:
+        means = means_for(model, cfg, spec, splits["eval"])
+    with applied(model, spec, means):
         ablated = {s: metrics(model, b) for s, b in splits.items()}
     return {"intact": intact, "ablated": ablated, "interventions": spec.describe()}
 
