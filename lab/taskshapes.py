@@ -69,6 +69,11 @@ class TaskShape:
         character); None for the others, whose prompts are symbols separated by spaces or commas."""
         return None
 
+    def decode(self, cfg: TaskConfig, tokens: list[int]) -> Optional[str]:
+        """Token ids as the text they stand for, for tasks whose prompts are typed text (the inverse of
+        `encode_prompt`); None for the others, whose tokens read as labels."""
+        return None
+
     def max_seq_len(self, cfg: TaskConfig, arch: str) -> int:
         """The longest sequence a model sees, evaluation beyond the training lengths included."""
         self.check(cfg, arch)

@@ -128,8 +128,8 @@ def generation_prompt(cfg: RunConfig, text: str) -> torch.Tensor:
 def tokens_text(cfg: RunConfig, tokens: list[int]) -> str:
     """Tokens as a reader writes them: a text task's characters as they are, else labels with spaces."""
     task = get_task(cfg.task.name)
-    decode = getattr(task, "decode", None)  # the text task's characters
-    return decode(cfg.task, tokens) if decode is not None else " ".join(task.label(cfg.task, t) for t in tokens)
+    text = task.decode(cfg.task, tokens)
+    return text if text is not None else " ".join(task.label(cfg.task, t) for t in tokens)
 
 
 def typed_lm_targets(task_name: str, tokens: torch.Tensor) -> torch.Tensor:
