@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import threading
 from typing import Optional
 
 import gradio as gr
 
+from lab.config import ConfigError
 from lab.engine.backup import backup_dir, restore
 from lab.device import set_threads
 from lab.engine.environment import default_queue_size, detect
@@ -99,7 +101,12 @@ def main() -> None:
     # busy machine it never fights the training workers for cores (at 2 threads an importance map took 6 s
     # where 1 thread took 0.2 s); the workers set their own thread counts
     set_threads(1)
-    jobs = JobManager(store, limits=limits, backup=backup)
+    try:
+        jobs = JobManager(store, limits=limits, backup=backup)
+    except ConfigError as exc:  # LAB_RAY_ADDRESS names no cluster, or Ray is not installed
+        sys.exit(f"app.py: {exc}")
+    if jobs.mode == "ray":
+        print(f"Training on the {jobs.pool.describe()}: {jobs.max_concurrent} run(s) at once", flush=True)
     jobs.back_up(interrupted)
     jobs.warm_up(SPARE_DELAY_S)  # one worker process per training slot, started once the page is up
     demo = build_demo(store, jobs)

@@ -1,5 +1,5 @@
-"""Command line: `python -m lab train|resume|list|show`, `ablate|sample` (lab/cli_probe.py) and `publish`
-(lab/cli_publish.py).
+"""Command line: `python -m lab train|resume|list|show`, `ablate|sample` (lab/cli_probe.py), `publish`
+(lab/cli_publish.py) and `sweep` (lab/cli_sweep.py).
 
 `train ... --stop-at K` stops the run at step K of its schedule as a Stop click would (status stopped, its
 checkpoint written); `resume RUN_ID [--steps N]` continues a stored run from its checkpoint in its own
@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, NoReturn, Optional, Sequence, TextIO
 
-from lab import cli_probe, cli_publish
+from lab import cli_probe, cli_publish, cli_sweep
 from lab.config import ConfigError, RunConfig, declared_fields
 from lab.fields import FieldInfo
 from lab.records import Record, StepRecord
@@ -53,11 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m lab", description="Transformer Ablation Lab: train and inspect toy runs.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     t = sub.add_parser("train", help="train one run and store it")
-    for flag, info in FIELDS.items():
-        t.add_argument(flag, dest=info.key, type=_typed(info) if info.kind is not str else str, default=None,
-                       metavar=info.name.upper(), help=f"{info.label_help} (allowed: {info.allowed()}; "
-                       f"default {info.default!r})".replace("%", "%%"))
-    t.add_argument("--config", help="a run config JSON file; flags override its values")
+    add_config_flags(t)
     t.add_argument("--name", default=None, help="a label for the run")
     t.add_argument("--runs-dir", help="run store folder (default: $LAB_RUNS_DIR or runs/)")
     t.add_argument("--json", action="store_true", help="print one JSON object with the result on stdout")
@@ -80,7 +76,17 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--json", action="store_true")
     cli_probe.add_parsers(sub)
     cli_publish.add_publish_command(sub)
+    cli_sweep.add_sweep_command(sub, add_config_flags)
     return p
+
+
+def add_config_flags(p: argparse.ArgumentParser) -> None:
+    """A flag for every declared config field, and --config (train's and sweep's)."""
+    for flag, info in FIELDS.items():
+        p.add_argument(flag, dest=info.key, type=_typed(info) if info.kind is not str else str, default=None,
+                       metavar=info.name.upper(), help=f"{info.label_help} (allowed: {info.allowed()}; "
+                       f"default {info.default!r})".replace("%", "%%"))
+    p.add_argument("--config", help="a run config JSON file; flags override its values")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -108,7 +114,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     data = base.to_dict()
     for sec, values in sections.items():
         data[sec].update(values)
-    if args.name is not None:
+    if getattr(args, "name", None) is not None:
         data["name"] = args.name
     return RunConfig.from_dict(data)
 
@@ -252,7 +258,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         commands = {"train": cmd_train, "resume": cmd_resume, "list": cmd_list, "show": cmd_show,
-                    **cli_probe.commands(open_store), **cli_publish.commands(open_store)}
+                    **cli_probe.commands(open_store), **cli_publish.commands(open_store),
+                    **cli_sweep.commands(open_store, config_from_args)}
         return commands[args.cmd](args)
     except ConfigError as exc:
         flag = FIELD_TO_FLAG.get(exc.field)

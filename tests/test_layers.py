@@ -4,7 +4,7 @@
     2 engine     lab/engine/: the run store, jobs, worker processes, limits
     3 views      lab/views/: analysis and plots
     4 teaching   lab/teach/: presets, grids, lessons
-    5 cli        lab/cli.py, lab/__main__.py
+    5 cli        lab/cli*.py, lab/__main__.py
     6 ui         ui/: the app's tabs
     7 app        app.py
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-LAYERS = {"lab.engine": 2, "lab.views": 3, "lab.teach": 4, "lab.cli": 5, "lab.cli_probe": 5, "lab.cli_publish": 5, "lab.__main__": 5, "ui": 6, "app": 7}
+LAYERS = {"lab.engine": 2, "lab.views": 3, "lab.teach": 4, "lab.cli": 5, "lab.cli_probe": 5, "lab.cli_publish": 5, "lab.cli_sweep": 5, "lab.__main__": 5, "ui": 6, "app": 7}
 
 
 def layer(module: str) -> int:

@@ -12,7 +12,7 @@ from lab.config import declared_fields
 from lab.engine.store import LIVE_STATES
 from lab.engine.limits import thin
 from lab.params import param_breakdown
-from lab.teach.grid import band, group_runs
+from lab.teach.grid import band, group_runs, spread
 from lab.views.plots import params_figure
 from ui.common import (CONFIG_PREFIXES, CURVES, X_AXES, AppContext, colour_map, curve, label_groups, label_runs,
                        short_label, with_series)
@@ -123,13 +123,6 @@ def run_curve(metrics: pd.DataFrame, metric: str, x: str, smoothing: float) -> p
     return df.reset_index(drop=True)
 
 
-def _spread(values: pd.Series) -> str:
-    v = pd.to_numeric(values, errors="coerce").dropna()
-    if v.empty:
-        return ""
-    return f"{v.mean():.3f} [{v.min():.3f}, {v.max():.3f}]" if len(v) > 1 else f"{v.iloc[0]:.3f}"
-
-
 def group_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoothing: float,
                  listing: Optional[pd.DataFrame] = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Seed repeats grouped by the other varied config values: band curves (group, step, x, mean, lo, hi,
@@ -147,7 +140,7 @@ def group_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoot
         table.append({"group": names[key], "runs": len(members),
                       "seeds": ", ".join(str(s) for s in sorted(listing.loc[members, "train.seed"])),
                       "finished": sum(listing.loc[r, "state"] not in LIVE_STATES for r in members),
-                      **{name: _spread(listing.loc[members].get(col, pd.Series(dtype=float)))
+                      **{name: spread(listing.loc[members].get(col, pd.Series(dtype=float)))
                          for col, name in GROUP_METRICS.items()}})
     return (pd.concat(bands, ignore_index=True) if bands else pd.DataFrame(),
             pd.DataFrame(table, columns=GROUP_COLS))

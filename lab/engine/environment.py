@@ -14,6 +14,9 @@ Kinds: "local-cpu", "local-cuda", "cpu-space", "cuda-space" (a paid GPU Space) a
     counts the host's cores, not the container's.
 Each choice can still be forced by an environment variable (LAB_MAX_CONCURRENT, LAB_BATCH_SEEDS,
 LAB_JOBS_MODE, LAB_QUEUE_SIZE). Measured reasons are in benchmarks/RESULTS.md.
+LAB_RAY_ADDRESS (auto, local, or a cluster's host:port) trains every run as a task on a Ray cluster instead
+(lab/engine/ray_backend.py), with LAB_RAY_GPUS of a GPU per run (a fraction, default 0); slots then follow
+the cluster's CPUs unless LAB_MAX_CONCURRENT says otherwise.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KINDS = ("local-cpu", "local-cuda", "cpu-space", "cuda-space", "zerogpu-space")
-MODES = ("thread", "process")
+MODES = ("thread", "process")  # LAB_JOBS_MODE; "ray" follows from LAB_RAY_ADDRESS
 BATCH_ON_CPU = False  # batched seeds measured 0.64x (slower than sequential runs) on this CPU: RESULTS.md
 MAX_CPU_SLOTS = 4  # each slot is a worker process holding its own torch; more than 4 was never measured
 CUDA_SLOTS = 4  # tiny models leave a GPU mostly idle: several runs share it
@@ -46,8 +49,9 @@ class Environment:
     slots: int  # training jobs at once
     threads_per_job: int  # intra-op threads of one job when the config names none
     batch_seeds: bool  # train a group's seed repeats as one batched model
-    mode: str  # "process" (a worker process per slot) or "thread"
+    mode: str  # "process" (a worker process per slot), "thread", or "ray" (tasks on a Ray cluster)
     queue_size: int  # Gradio's queue max_size, always explicit
+    ray_address: str | None = None  # LAB_RAY_ADDRESS: the Ray cluster that trains the runs
 
     @property
     def on_space(self) -> bool:
@@ -59,8 +63,10 @@ class Environment:
 
     def describe(self) -> str:
         """One line for the server's log and the rehearsal's report."""
-        return (f"{self.kind}: {self.cpus} CPU(s), CUDA {'yes' if self.cuda else 'no'}, {self.slots} slot(s) of "
-                f"{self.threads_per_job} thread(s) in {'worker processes' if self.mode == 'process' else 'threads'}, batched seeds "
+        where = {"process": "worker processes", "thread": "threads", "ray": f"Ray tasks ({self.ray_address})"}
+        return (f"{self.kind}: {self.cpus} CPU(s), CUDA {'yes' if self.cuda else 'no'}, "
+                f"{self.slots if self.slots else 'cluster-sized'} slot(s) of "
+                f"{self.threads_per_job} thread(s) in {where[self.mode]}, batched seeds "
                 f"{'on' if self.batch_seeds else 'off'}, queue size {self.queue_size}")
 
 
@@ -197,17 +203,42 @@ def detect(env: Mapping[str, str] | None = None, cgroup_root: Path = CGROUP_ROOT
     slots = _int_env(env, "LAB_MAX_CONCURRENT", 1, 64) or (CUDA_SLOTS if cuda else min(cpus, MAX_CPU_SLOTS))
     batch = _choice_env(env, "LAB_BATCH_SEEDS", ("on", "off"))
     mode = _choice_env(env, "LAB_JOBS_MODE", MODES) or ("process" if os.name == "posix" else "thread")
+    ray = ray_address(env)
+    if ray:  # one run per Ray task of one CPU; slots follow the cluster's size (0: ask the cluster)
+        mode, slots = "ray", _int_env(env, "LAB_MAX_CONCURRENT", 1, 10_000) or 0
     return Environment(
         kind=kind, cpus=cpus, cuda=cuda, slots=slots,
-        threads_per_job=1 if slots >= 2 else cpus,  # torch threads are per process: one each when sharing
-        batch_seeds=batch == "on" if batch else (cuda or BATCH_ON_CPU),
-        mode=mode, queue_size=_int_env(env, "LAB_QUEUE_SIZE", 1, 100_000) or QUEUE_SIZE,
+        threads_per_job=1 if slots >= 2 or ray else cpus,  # torch threads are per process: one each when sharing
+        batch_seeds=False if ray else batch == "on" if batch else (cuda or BATCH_ON_CPU),
+        mode=mode, queue_size=_int_env(env, "LAB_QUEUE_SIZE", 1, 100_000) or QUEUE_SIZE, ray_address=ray,
     )
+
+
+def ray_address(env: Mapping[str, str] | None = None) -> str | None:
+    """LAB_RAY_ADDRESS, or None: "auto" (a cluster running on this machine), "local" (start one in this
+    process), or a cluster's host:port or ray://host:port."""
+    raw = (os.environ if env is None else env).get("LAB_RAY_ADDRESS", "").strip()
+    if raw and (any(c.isspace() for c in raw) or len(raw) > 300):
+        raise ValueError(f"LAB_RAY_ADDRESS: {raw[:40]!r} is not an address (allowed: auto, local, or host:port)")
+    return raw or None
+
+
+def ray_gpus(env: Mapping[str, str] | None = None) -> float:
+    """LAB_RAY_GPUS: the fraction of a GPU each Ray task asks for (0 to 8; default 0, CPU only)."""
+    raw = (os.environ if env is None else env).get("LAB_RAY_GPUS", "").strip()
+    try:
+        value = float(raw) if raw else 0.0
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 8.0:
+        raise ValueError(f"LAB_RAY_GPUS: {raw!r} is not a number from 0 to 8 (a GPU fraction per run)")
+    return value
 
 
 # ---- what the rest of the code asks ------------------------------------------------------------------
 def default_mode() -> str:
-    """LAB_JOBS_MODE (thread | process); else process on POSIX (it passes pipe fds to children)."""
+    """"ray" with LAB_RAY_ADDRESS set; else LAB_JOBS_MODE (thread | process); else process on POSIX (it
+    passes pipe fds to children)."""
     return detect().mode
 
 
@@ -218,7 +249,8 @@ def batch_seeds_default() -> bool:
 
 
 def default_max_concurrent() -> int:
-    """LAB_MAX_CONCURRENT, else 4 with a usable CUDA GPU, else one job per usable CPU, at most 4."""
+    """LAB_MAX_CONCURRENT, else 4 with a usable CUDA GPU, else one job per usable CPU, at most 4 (on Ray:
+    0, meaning one per CPU of the cluster, which the job manager asks the cluster)."""
     return detect().slots
 
 

@@ -36,6 +36,11 @@ class Outcome:
     error: Optional[str] = None
 
 
+class RunLost(RuntimeError):
+    """The machine training a run went away (a lost cluster node, a killed worker): the run fails with
+    this reason, and the server's log says so in one line, with no traceback of ours."""
+
+
 def error_line(exc: BaseException, limit: int = 1000) -> str:
     """An exception as one line of text for status.json (its type name if it has no message)."""
     text = " ".join(str(exc).split()) or type(exc).__name__
@@ -160,6 +165,6 @@ def outcomes(store: RunStore, run_ids: Sequence[str], should_stop: Mapping[str, 
         results = record_runs(store, run_ids, should_stop, threads, on_record, train_fn)
     except Exception as exc:
         error = error_line(exc)
-        log.warning("runs %s failed: %s", ", ".join(run_ids), error, exc_info=True)
+        log.warning("runs %s failed: %s", ", ".join(run_ids), error, exc_info=not isinstance(exc, RunLost))
         return {rid: Outcome("failed", error) for rid in run_ids}
     return {rid: Outcome("stopped" if r.stopped else "completed") for rid, r in zip(run_ids, results)}

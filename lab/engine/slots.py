@@ -16,10 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from lab.config import RunConfig
+from lab.config import ConfigError, RunConfig
 from lab.engine.backup import backup_run
 from lab.engine.cost import cost
-from lab.engine.environment import MODES, batch_seeds_default, default_max_concurrent, default_mode, default_threads
+from lab.engine.environment import (MODES, batch_seeds_default, default_max_concurrent, default_mode, default_threads,
+                                    ray_gpus)
+from lab.engine.environment import ray_address as env_ray_address
 from lab.engine.estimate import SpeedLog, probe_capacity
 from lab.engine.limits import Limits
 from lab.engine.pool import WorkerPool
@@ -69,21 +71,34 @@ class JobSlots:
     def __init__(
         self, store: RunStore, max_concurrent: int | None = None, train_fn: Callable[..., Any] | None = None,
         limits: Limits | None = None, mode: str | None = None, backup: Path | None = None,
+        ray_address: str | None = None,
     ) -> None:
-        if max_concurrent is None:
-            max_concurrent = default_max_concurrent()
-        if isinstance(max_concurrent, bool) or not isinstance(max_concurrent, int) or max_concurrent < 1:
-            raise ValueError(f"max_concurrent: {max_concurrent!r} is not a positive integer")
         self.store = store
-        self.max_concurrent = max_concurrent
         self.train_fn = train_fn
+        if max_concurrent is not None:
+            self._check_slots(max_concurrent)
         # where training runs: a worker process by default (lab/engine/pool.py); a custom train_fn
-        # (tests) runs in the job's thread unless `mode` says otherwise
-        self.mode = mode or ("thread" if train_fn is not None else default_mode())
-        if self.mode not in MODES:
-            raise ValueError(f"mode: {self.mode!r} is not one of {', '.join(MODES)}")
-        self.batch_seeds = train_fn is None and batch_seeds_default()
-        self.pool = WorkerPool(max_concurrent) if self.mode == "process" else None
+        # (tests) runs in the job's thread unless `mode` says otherwise; `ray_address` (or LAB_RAY_ADDRESS,
+        # when nothing else is asked) makes every run a task on that Ray cluster (lab/engine/ray_backend.py)
+        if ray_address is None and mode is None and train_fn is None:
+            ray_address = env_ray_address()
+        self.mode = "ray" if ray_address else mode or ("thread" if train_fn is not None else default_mode())
+        if self.mode not in MODES + ("ray",) or (self.mode == "ray" and not ray_address):
+            raise ValueError(f"mode: {self.mode!r} is not one of {', '.join(MODES)} (Ray: give its address)")
+        self.pool: Any = None
+        if self.mode == "ray":
+            try:
+                from lab.engine.ray_backend import RayPool  # only here: Ray is optional
+            except ImportError as exc:
+                raise ConfigError("LAB_RAY_ADDRESS", f"Ray is not installed here ({exc}); install it with "
+                                  "`pip install -r requirements-scale.txt`") from None
+            self.pool = RayPool(ray_address, ray_gpus())
+        if max_concurrent is None:
+            max_concurrent = default_max_concurrent() or (self.pool.slots() if self.mode == "ray" else 1)
+        self.max_concurrent = self._check_slots(max_concurrent)
+        if self.mode == "process":
+            self.pool = WorkerPool(max_concurrent)
+        self.batch_seeds = train_fn is None and self.mode != "ray" and batch_seeds_default()
         self.limits = limits if limits is not None else Limits()  # lab/limits.py; Limits.from_env() for a server
         self._admitting: dict[str, int] = {}  # owner -> runs admitted whose folder is still being written
         self._cond = threading.Condition()
@@ -94,6 +109,12 @@ class JobSlots:
         self._closed = False
         self._speed = SpeedLog()  # measured speed of this server's jobs, for the time estimates
         self.backup = backup  # a folder that outlives the disk (LAB_BACKUP_DIR): finished runs are copied there
+
+    @staticmethod
+    def _check_slots(n: Any) -> int:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"max_concurrent: {n!r} is not a positive integer")
+        return n
 
     def warm_up(self, delay_s: float = 0.0) -> None:
         """Start the worker processes (one per slot) in the background after `delay_s`, so the first runs
@@ -107,6 +128,8 @@ class JobSlots:
     def threads_for(self, cfg: RunConfig) -> int:
         """Intra-op threads for a job. Torch threads are process-global, so concurrent jobs
         get one each; a lone worker uses the config's choice or every core."""
+        if self.mode == "ray":  # a Ray task asks for one CPU per thread
+            return cfg.train.threads or 1
         if self.max_concurrent >= 2:
             return 1
         return cfg.train.threads or default_threads()

@@ -1,7 +1,9 @@
 """Ablation grids: axes x values -> named, validated run configs, and the grouping of seed repeats
 that Compare draws as a mean curve with a min-max band (no gradio here).
 
-A grid varies one to three axes of a base config (the Train tab's knobs). Every config is built and
+A grid varies one to three axes of a base config (the Train tab's knobs), or up to every axis from the
+command line (`python -m lab sweep --grid "pos=rope,alibi norm=pre,post seed=0..4"`, lab/cli_sweep.py,
+read by `parse_spec`). Every config is built and
 validated before anything is launched, so one invalid combination (e.g. heads=3 with d_model=64)
 stops the whole grid with a message naming the axis values. Each run's `name` encodes its values
 ("pos=rope norm=pre seed=1").
@@ -19,8 +21,9 @@ import pandas as pd
 
 from lab.config import ConfigError, RunConfig, declared_fields
 
-MAX_RUNS = 32  # one grid launches at most this many runs
+MAX_RUNS = 32  # one grid launches at most this many runs from the app
 MAX_AXES = 3
+SWEEP_MAX_RUNS = 1000  # a command-line sweep (on a cluster, 5 PEs x 3 norms x 4 depths x 5 seeds is 300)
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ def parse_values(axis: str, text: Any) -> tuple[Any, ...]:
     ax = AXES[axis]
     items = text if isinstance(text, (list, tuple)) else str(text or "").replace(",", " ").split()
     items = [str(v).strip() for v in items if str(v).strip()]
+    if not ax.choices:
+        items = [v for item in items for v in _expand(axis, item)]
     if not items:
         raise GridError(f"grid.{axis}", "no values given (list them separated by commas, e.g. "
                         f"{'rope, alibi' if ax.choices else '1, 2'})")
@@ -70,6 +75,35 @@ def parse_values(axis: str, text: Any) -> tuple[Any, ...]:
     return tuple(values)
 
 
+def _expand(axis: str, item: str) -> list[str]:
+    """An integer axis's "0..4" (both ends included) -> ["0", "1", "2", "3", "4"]; anything else as it is."""
+    lo, sep, hi = item.partition("..")
+    if not sep:
+        return [item]
+    if not (lo.isdigit() and hi.isdigit()) or int(hi) < int(lo) or int(hi) - int(lo) >= SWEEP_MAX_RUNS:
+        raise GridError(f"grid.{axis}", f"{item!r} is not a range (allowed: FIRST..LAST, e.g. 0..4, "
+                        f"at most {SWEEP_MAX_RUNS} values)")
+    return [str(v) for v in range(int(lo), int(hi) + 1)]
+
+
+def parse_spec(text: str) -> list[tuple[str, tuple[Any, ...]]]:
+    """'pos=rope,alibi norm=pre,post seed=0..4' -> [("PE", ("rope", "alibi")), ("norm", ...), ("seed", (0, ..., 4))]:
+    axes by their short names (as in run names) or their keys, values as `parse_values` reads them."""
+    by_name = {a.short: a.key for a in AXES.values()} | {a.key: a.key for a in AXES.values()}
+    allowed = ", ".join(a.short for a in AXES.values())
+    axes: list[tuple[str, tuple[Any, ...]]] = []
+    for part in str(text or "").split():
+        name, sep, values = part.partition("=")
+        if not sep or name not in by_name:
+            raise GridError("grid", f"{part!r} is not AXIS=VALUES (axes: {allowed}; e.g. pos=rope,alibi seed=0..4)")
+        if by_name[name] in [a for a, _ in axes]:
+            raise GridError(f"grid.{by_name[name]}", "is given twice; give each axis once")
+        axes.append((by_name[name], parse_values(by_name[name], values)))
+    if not axes:
+        raise GridError("grid", f"no axes given (e.g. pos=rope,alibi seed=0..4; axes: {allowed})")
+    return axes
+
+
 def grid_size(axes: Sequence[tuple[str, Sequence[Any]]]) -> int:
     return math.prod(len(v) for _, v in axes) if axes else 0
 
@@ -89,23 +123,24 @@ def _with(base: RunConfig, combo: Sequence[tuple[str, Any]]) -> RunConfig:
     return replace(base, model=model, train=replace(parts["train"], **changes["train"]), name=run_name(combo))
 
 
-def build_grid(base: RunConfig, axes: Sequence[tuple[str, Any]]) -> list[RunConfig]:
+def build_grid(base: RunConfig, axes: Sequence[tuple[str, Any]], max_runs: int = MAX_RUNS,
+               max_axes: int = MAX_AXES) -> list[RunConfig]:
     """Every combination of the axes' values applied to `base`, named by its values; GridError (and
-    no configs) if an axis is repeated or unknown, a value is invalid, the grid exceeds MAX_RUNS, or
+    no configs) if an axis is repeated or unknown, a value is invalid, the grid exceeds `max_runs`, or
     any combination is not a valid config."""
     if not axes:
         raise GridError("grid", "choose at least one axis")
-    if len(axes) > MAX_AXES:
-        raise GridError("grid", f"{len(axes)} axes chosen (allowed: 1 to {MAX_AXES})")
+    if len(axes) > max_axes:
+        raise GridError("grid", f"{len(axes)} axes chosen (allowed: 1 to {max_axes})")
     parsed: list[tuple[str, tuple[Any, ...]]] = []
     for axis, values in axes:
         if axis in [a for a, _ in parsed]:
             raise GridError(f"grid.{axis}", "is chosen twice; pick each axis once")
         parsed.append((axis, parse_values(axis, values)))
     n = grid_size(parsed)
-    if n > MAX_RUNS:
+    if n > max_runs:
         sizes = " x ".join(str(len(v)) for _, v in parsed)
-        raise GridError("grid", f"{sizes} = {n} runs is over the cap of {MAX_RUNS}; drop some values")
+        raise GridError("grid", f"{sizes} = {n} runs is over the cap of {max_runs}; drop some values")
     cfgs = []
     for combo in itertools.product(*[[(a, v) for v in vals] for a, vals in parsed]):
         try:
@@ -142,6 +177,14 @@ def group_runs(configs: Mapping[str, Mapping[str, Any]]) -> dict[tuple, list[str
 
 def has_repeats(configs: Mapping[str, Mapping[str, Any]]) -> bool:
     return any(len(g) > 1 for g in group_runs(configs).values())
+
+
+def spread(values: Iterable[Any]) -> str:
+    """Final values of a group's runs as 'mean [min, max]' (one run: its value; none: "")."""
+    v = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").dropna()
+    if v.empty:
+        return ""
+    return f"{v.mean():.3f} [{v.min():.3f}, {v.max():.3f}]" if len(v) > 1 else f"{v.iloc[0]:.3f}"
 
 
 def band(curves: Iterable[pd.DataFrame]) -> pd.DataFrame:
