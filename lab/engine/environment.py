@@ -200,12 +200,13 @@ def detect(env: Mapping[str, str] | None = None, cgroup_root: Path = CGROUP_ROOT
     kind = ("zerogpu-space" if zerogpu else
             ("cuda-space" if cuda else "cpu-space") if is_space(env) else
             "local-cuda" if cuda else "local-cpu")
-    slots = _int_env(env, "LAB_MAX_CONCURRENT", 1, 64) or (CUDA_SLOTS if cuda else min(cpus, MAX_CPU_SLOTS))
     batch = _choice_env(env, "LAB_BATCH_SEEDS", ("on", "off"))
     mode = _choice_env(env, "LAB_JOBS_MODE", MODES) or ("process" if os.name == "posix" else "thread")
     ray = ray_address(env)
     if ray:  # one run per Ray task of one CPU; slots follow the cluster's size (0: ask the cluster)
         mode, slots = "ray", _int_env(env, "LAB_MAX_CONCURRENT", 1, 10_000) or 0
+    else:
+        slots = _int_env(env, "LAB_MAX_CONCURRENT", 1, 64) or (CUDA_SLOTS if cuda else min(cpus, MAX_CPU_SLOTS))
     return Environment(
         kind=kind, cpus=cpus, cuda=cuda, slots=slots,
         threads_per_job=1 if slots >= 2 or ray else cpus,  # torch threads are per process: one each when sharing
