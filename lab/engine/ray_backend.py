@@ -37,6 +37,7 @@ from lab.records import Record
 
 log = logging.getLogger(__name__)
 FLAG_POLL_S = 0.25  # how often a task asks whether its run was stopped
+BATCH_S = 0.1  # a task sends what training made within this long as one object (live curves: 10 per second)
 STOP_GRACE_S = 30.0  # after a stop, how long a task may take to end before it is cancelled
 LOCAL = "local"  # LAB_RAY_ADDRESS=local: start a one-machine cluster in this process
 
@@ -101,8 +102,8 @@ class FlagWatch:
         self.stopped = False
 
     def __call__(self) -> bool:
-        if self.stopped:
-            return True
+        if self.stopped or time.monotonic() - self.asked < FLAG_POLL_S:  # called every step: mostly this
+            return self.stopped
         if self.pending is not None:
             ready, _ = ray.wait([self.pending], timeout=0)
             if not ready:
@@ -112,17 +113,18 @@ class FlagWatch:
             except ray.exceptions.RayError:
                 pass
             self.pending = None
-        elif time.monotonic() - self.asked >= FLAG_POLL_S:
-            self.asked = time.monotonic()
+        else:
             self.pending = self.flags.get.remote(self.run_id)
+        self.asked = time.monotonic()
         return self.stopped
 
 
 @ray.remote(max_retries=0)
 def train_task(cfg_json: str, run_id: str, flags: Any, threads: int, resume: Any,
                stop_at: Optional[int]) -> Iterator[tuple[str, Any]]:
-    """On a cluster node: train one run, yielding ("where", node id, node address, pid) first, then
-    ("record", Record) and ("checkpoint", Checkpoint) as training makes them, and ("result", TrainResult)."""
+    """On a cluster node: train one run, yielding lists of messages: [("where", (node id, node address,
+    pid))] first, then ("record", Record) and ("checkpoint", Checkpoint) as training makes them, and last
+    ("result", TrainResult)."""
     from lab.trainer import train
 
     out: queue.Queue[tuple[str, Any]] = queue.Queue()
@@ -137,14 +139,22 @@ def train_task(cfg_json: str, run_id: str, flags: Any, threads: int, resume: Any
             out.put(("error", exc))
 
     ctx = ray.get_runtime_context()
-    yield ("where", (ctx.get_node_id(), ray.util.get_node_ip_address(), os.getpid()))
+    yield [("where", (ctx.get_node_id(), ray.util.get_node_ip_address(), os.getpid()))]
     threading.Thread(target=work, name="lab-train", daemon=True).start()
-    while True:
-        kind, value = out.get()
-        if kind == "error":
-            raise value
-        yield (kind, value)
-        if kind == "result":
+    while True:  # what came within BATCH_S goes as one object: a record each step would cost more than the step
+        batch = [out.get()]
+        deadline = time.monotonic() + BATCH_S
+        while batch[-1][0] == "record" or batch[-1][0] == "checkpoint":
+            try:
+                batch.append(out.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                break
+        if batch[-1][0] == "error":
+            if batch[:-1]:
+                yield batch[:-1]
+            raise batch[-1][1]
+        yield batch
+        if batch[-1][0] == "result":
             return
 
 
@@ -176,6 +186,7 @@ class RayPool:
         here = ray.get_runtime_context().get_node_id()
         # on the driver's node: the flags live as long as the driver, whichever node is lost
         self.flags = StopFlags.options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote()
+        self.where: dict[str, str] = {}  # run id -> "node at address", while its task runs
 
     def slots(self) -> int:
         """Runs the cluster can train at once (one CPU each), at least one."""
@@ -216,26 +227,31 @@ class RayPool:
         done = threading.Event()
         threading.Thread(target=self._watch_stop, args=(run_id, gen, should_stop, done), daemon=True,
                          name=f"lab-ray-stop-{run_id}").start()
-        where = ""
         try:
             for ref in gen:
-                kind, value = ray.get(ref)
-                if kind == "where":
-                    node, ip, pid = value
-                    where = f"{node[:8]} at {ip}"
-                    store.set_status(run_id, "running", ray_node=node, ray_node_ip=ip, ray_pid=pid)
-                elif kind == "record":
-                    on_record(value)
-                elif kind == "checkpoint":
-                    on_checkpoint(value)
-                elif kind == "result":
-                    return value
-            raise RuntimeError("its Ray task ended without a result")
+                for kind, value in ray.get(ref):
+                    if self._take(store, run_id, kind, value, on_record, on_checkpoint):
+                        return value
+            raise RunLost("its Ray task ended without a result")
         except ray.exceptions.RayError as exc:
-            raise ray_failure(exc, where) from None
+            raise ray_failure(exc, self.where.get(run_id, "")) from None
         finally:
             done.set()
+            self.where.pop(run_id, None)
             self.flags.clear.remote(run_id)
+
+    def _take(self, store: RunStore, run_id: str, kind: str, value: Any, on_record: Callable[[Record], None],
+              on_checkpoint: Callable[[Any], None]) -> bool:
+        """One message of the task, handed to the local callbacks; True for the final result."""
+        if kind == "where":
+            node, ip, pid = value
+            self.where[run_id] = f"{node[:8]} at {ip}"
+            store.set_status(run_id, "running", ray_node=node, ray_node_ip=ip, ray_pid=pid)
+        elif kind == "record":
+            on_record(value)
+        elif kind == "checkpoint":
+            on_checkpoint(value)
+        return kind == "result"
 
     def _watch_stop(self, run_id: str, gen: Any, should_stop: Callable[[], bool], done: threading.Event) -> None:
         """Pass a stop on to the task's flag; cancel the task if it has not ended STOP_GRACE_S later."""
