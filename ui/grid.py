@@ -22,7 +22,8 @@ from ui.knobs import KNOB_KEYS, KNOBS, config_from_values
 EXAMPLES = {"PE": "rope, alibi", "norm": "pre, post", "heads": "1, 2, 4", "layers": "1, 2",
             "d_model": "32, 64", "seed": "1, 2, 3"}
 INTRO = (f"Vary up to {MAX_AXES} axes of the config above; every other setting comes from the knobs. Each run is "
-         f"named by its values (e.g. `pos=rope seed=1`). At most {MAX_RUNS} runs per grid. Add a **seed** axis to "
+         f"named by its values (e.g. `pos=rope seed=1`); integer values may be a range (`0..4`). At most {MAX_RUNS} "
+         "runs per grid (larger sweeps: `python -m lab sweep`, on a Ray cluster too). Add a **seed** axis to "
          "see how much of a difference is luck: Compare draws seed repeats as a mean with a min-max band.")
 
 
