@@ -23,6 +23,7 @@ from ui.common import CURVES, X_AXES, AppContext, colour_map, errors_as_messages
 from ui.compare_views import (FILTER_LABELS, FILTER_PARAMS, FILTERS, FINALS, GROUP_COLS, SMOOTHING, TABLE_COLS,
                               choices, coloured, compare_frames, filtered, group_frames, only, run_labels, run_table,
                               shows_live)
+from ui.publish import build_publish_panel
 
 LIVE_POLL_S = 2.0
 
@@ -167,6 +168,7 @@ def build_compare_tab(ctx: AppContext) -> CompareTab:
         files = gr.File(label="Exported files", file_count="multiple", interactive=False, visible=False,
                         elem_id="compare-files")
         timer = gr.Timer(LIVE_POLL_S, active=False)
+        build_publish_panel(ctx, pick)
 
     @errors_as_messages
     def on_refresh(*args: Any):
