@@ -90,7 +90,7 @@ class Cluster:
 def start_cluster() -> Cluster:
     temp = Path(tempfile.mkdtemp(prefix="labray", dir="/tmp"))  # short: Ray's socket paths must stay short
     port = free_port()
-    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+    env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", HOME=str(temp))  # no ~/.ray/auth_token of an earlier cluster
     cluster = Cluster(temp, f"127.0.0.1:{port}")
     try:
         subprocess.run(RAY + ["start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", f"--temp-dir={temp}",
