@@ -84,6 +84,17 @@ class Interventions:
                        else "shuffle the positional encoding")
         return out
 
+    def silenced(self, kind: str, n_heads: int) -> set[tuple[int, int]]:
+        """(layer, head) of every head of attention `kind` whose output this spec removes: knocked out, or in
+        a skipped attention sublayer or block. They still attend (their pattern is computed); nothing they
+        read reaches the residual stream."""
+        stack = "enc" if kind == "enc_self" else "dec"
+        out = {(h.layer, h.head) for h in self.heads if h.kind == kind}
+        layers = [r.layer for r in self.skip_block if r.stack == stack]
+        if kind != "cross":  # skipping a block's attention leaves its cross-attention
+            layers += [r.layer for r in self.skip_attn if r.stack == stack]
+        return out | {(layer, head) for layer in layers for head in range(n_heads)}
+
     def check(self, model: Transformer) -> None:
         """ConfigError naming the field when a head or layer does not exist in `model`."""
         cfg = model.cfg

@@ -270,3 +270,13 @@ def test_mean_ablation_report_uses_the_means_over_its_held_out_batches():
         assert report["ablated"]["eval"]["loss"] == pytest.approx(metrics(model, batches)["loss"])
     with applied(model, Interventions(heads=spec.heads)):  # zero ablation differs: the means went in
         assert report["ablated"]["eval"]["loss"] != pytest.approx(metrics(model, batches)["loss"])
+
+
+def test_silenced_heads_are_those_whose_output_the_spec_removes():
+    spec = Interventions(heads=(HeadRef("dec_self", 1, 0), HeadRef("cross", 0, 1)), skip_block=(LayerRef("dec", 0),),
+                         skip_attn=(LayerRef("enc", 1),))
+    assert spec.silenced("dec_self", 2) == {(1, 0), (0, 0), (0, 1)}  # the knocked-out head and block 0's heads
+    assert spec.silenced("cross", 2) == {(0, 1), (0, 0)}  # a skipped block takes its cross-attention too
+    assert spec.silenced("enc_self", 2) == {(1, 0), (1, 1)}  # a skipped attention sublayer: all its heads
+    assert Interventions(skip_attn=(LayerRef("dec", 0),)).silenced("cross", 2) == set()  # not the cross-attention
+    assert Interventions(skip_ff=(LayerRef("dec", 0),), positional="none").silenced("dec_self", 2) == set()

@@ -233,3 +233,18 @@ def test_lab_never_imports_pyplot_or_gradio():
         text = path.read_text(encoding="utf-8")
         assert "import_module(\"matplotlib.pyplot" not in text and "plt." not in text, path
     assert "matplotlib.figure" in _imported_modules(LAB / "views" / "plots.py")
+
+
+def test_attention_grid_hatches_the_heads_whose_output_is_removed():
+    pats = patterns(2, 3, 5, 7)
+    fig = attention_grid(pats, [f"q{i}" for i in range(5)], [f"k{i}" for i in range(7)], silenced={(1, 2), (0, 0)})
+    (ax,) = images(fig)
+    boxes = sorted((p.get_x(), p.get_y(), p.get_width(), p.get_height()) for p in ax.patches)
+    gap_c = (np.asarray(ax.images[0].get_array()).shape[1] - 3 * 7) // 2
+    gap_r = (np.asarray(ax.images[0].get_array()).shape[0] - 2 * 5) // 1
+    assert boxes == [(-0.5, -0.5, 7, 5), (2 * (7 + gap_c) - 0.5, (5 + gap_r) - 0.5, 7, 5)], boxes
+    assert all(p.get_hatch() == "//" for p in ax.patches)
+    assert [t.get_text() for t in ax.texts] == ["output\nremoved"] * 2
+    np.testing.assert_array_equal(cells(fig, 2, 3, 5, 7), pats)  # the patterns themselves are still drawn
+    plain = attention_grid(pats, [f"q{i}" for i in range(5)], [f"k{i}" for i in range(7)])
+    assert not images(plain)[0].patches

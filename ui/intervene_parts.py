@@ -119,14 +119,21 @@ def answer_parts(cfg: RunConfig, model: Transformer, probe: ProbeInput, name: st
             f"{name}_note": f"**{who}: {mark} {answer_summary(answer)}**{how}"}
 
 
-def _plots(patterns: Optional[dict], probe: Optional[ProbeInput]) -> dict[str, gr.Plot]:
+def _plots(patterns: Optional[dict], probe: Optional[ProbeInput],
+           spec: Optional[Interventions] = None) -> dict[str, gr.Plot]:
+    """The probe's attention with `spec` applied; heads whose output it removes are hatched."""
     if patterns is None:
         return {f"attn_{k}": gr.Plot(None, visible=False) for k in KINDS}
     labels = {"enc_self": (probe.src_labels, probe.src_labels), "dec_self": (probe.dec_labels, probe.dec_labels),
               "cross": (probe.dec_labels, probe.src_labels)}
-    title = lambda k: KIND_TITLES[k] + ", with interventions"  # noqa: E731
-    return {f"attn_{k}": gr.Plot(attention_grid(patterns[k], *labels[k], title(k)), visible=True)
-            if k in patterns else gr.Plot(None, visible=False) for k in KINDS}
+    spec = spec or Interventions()
+
+    def grid(k: str) -> Any:
+        silenced = spec.silenced(k, patterns[k].shape[1])
+        title = KIND_TITLES[k] + ", with interventions" + (" (hatched: output removed)" if silenced else "")
+        return attention_grid(patterns[k], *labels[k], title, silenced)
+    return {f"attn_{k}": gr.Plot(grid(k), visible=True) if k in patterns else gr.Plot(None, visible=False)
+            for k in KINDS}
 
 
 def ablated_parts(cfg: RunConfig, model: Transformer, spec: Interventions, probe: Optional[ProbeInput]) -> dict:
@@ -138,7 +145,7 @@ def ablated_parts(cfg: RunConfig, model: Transformer, spec: Interventions, probe
     if probe is None:
         return out | cleared_ablated(SEE_NOTE)
     with applied(model, spec, means):
-        out |= answer_parts(cfg, model, probe, "ablated") | _plots(attention(model, probe.batch), probe)
+        out |= answer_parts(cfg, model, probe, "ablated") | _plots(attention(model, probe.batch), probe, spec)
     return out
 
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 import io
 import math
 import textwrap
-from typing import Optional, Sequence
+from typing import Collection, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 from matplotlib.ticker import MaxNLocator
 
 from lab.params import COMPONENTS
@@ -27,8 +28,9 @@ MAX_TICKS = 24  # past this many tokens, label every k-th one so labels stay rea
 
 
 def attention_grid(patterns: np.ndarray, q_labels: Sequence[str], k_labels: Sequence[str],
-                   title: str = "") -> Figure:
-    """A layers x heads grid of heatmaps; patterns: (n_layers, n_heads, Tq, Tk), rows = queries.
+                   title: str = "", silenced: Collection[tuple[int, int]] = ()) -> Figure:
+    """A layers x heads grid of heatmaps; patterns: (n_layers, n_heads, Tq, Tk), rows = queries. The
+    `silenced` (layer, head) cells, heads whose output an intervention removes, are hatched and labelled.
 
     Drawn as one mosaic image on one axes (cells separated by blank gaps), token labels on the
     left and bottom edges only: matplotlib lays out each axes' tick labels on every draw, and a
@@ -62,6 +64,12 @@ def attention_grid(patterns: np.ndarray, q_labels: Sequence[str], k_labels: Sequ
         for spine in axis.spines.values():
             spine.set_visible(False)
     fig.colorbar(im, cax=cax, label="attention weight")
+    for layer, head in sorted(silenced):  # cell corners in mosaic coordinates (pixel centres at integers)
+        x0, y0 = head * (tk + gap) - 0.5, layer * (tq + gap) - 0.5
+        ax.add_patch(Rectangle((x0, y0), tk, tq, facecolor=(1, 1, 1, 0.55), edgecolor="#c0392b", hatch="//",
+                               linewidth=1.5))
+        ax.text(x0 + tk / 2, y0 + tq / 2, "output\nremoved", ha="center", va="center", fontsize=8,
+                color="#c0392b", fontweight="bold")
     fig.suptitle(title, fontsize=11, y=1 - 0.12 / h, va="top")
     return fig
 
