@@ -195,7 +195,9 @@ class RayPool:
     def describe(self) -> str:
         res = ray.cluster_resources()
         gpus = f", {res['GPU']:g} GPUs" if res.get("GPU") else ""
-        return f"Ray cluster at {self.address}: {len(ray.nodes())} nodes, {res.get('CPU', 0):g} CPUs{gpus}"
+        nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+        return (f"Ray cluster at {self.address}: {nodes} node{'s' if nodes != 1 else ''}, {res.get('CPU', 0):g} "
+                f"CPU{'s' if res.get('CPU', 0) != 1 else ''}{gpus}")
 
     def warm_up(self, n: Optional[int] = None) -> None:
         """Nothing to warm: the cluster's workers are Ray's."""
