@@ -156,7 +156,8 @@ def test_the_app_trains_on_ray_live_stops_and_survives_a_lost_node(cluster: Clus
         cluster.kill_worker_node()
         failed = wait_for("the killed node's run to fail", lambda: status(server.runs_dir, last).get("state") == "failed"
                           and status(server.runs_dir, last), 120)
-        assert "Ray node training this run died" in failed["error"], failed
+        # the node died under the task, or took with it a batch of records the task had sent (ObjectLostError)
+        assert failed["error"].startswith("the Ray node training this run "), failed
         done = wait_for("the run on the head node to finish",
                         lambda: status(server.runs_dir, on_head).get("state") in ("completed", "failed")
                         and status(server.runs_dir, on_head), 300)

@@ -22,7 +22,9 @@ DEFAULT_PROJECT = "class-board"
 
 
 def publish_available(ctx: AppContext) -> bool:
-    return not ctx.jobs.limits.public and importlib.util.find_spec("trackio") is not None
+    """Trackio installed, and a server whose limits are known and not public."""
+    return (ctx.jobs is not None and not ctx.jobs.limits.public
+            and importlib.util.find_spec("trackio") is not None)
 
 
 def where(space: Optional[str]) -> str:

@@ -168,6 +168,8 @@ def ray_failure(exc: BaseException, where: str) -> BaseException:
     first = " ".join(str(exc).split()).split(". ")[0]
     if isinstance(exc, ray.exceptions.NodeDiedError):
         return RunLost(f"the Ray node training this run died{at}: {first}")
+    if isinstance(exc, ray.exceptions.ObjectLostError):  # what the task sent lived in the lost node's store
+        return RunLost(f"the Ray node training this run was lost with what it had sent{at}: {first}")
     if isinstance(exc, ray.exceptions.WorkerCrashedError):
         return RunLost(f"the Ray worker process training this run died{at} (killed, or out of memory)")
     if isinstance(exc, ray.exceptions.TaskCancelledError):
