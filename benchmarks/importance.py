@@ -13,7 +13,7 @@ So an importance map is (1 + layers x heads) evaluations, each one forward pass 
 Rows (the app's default model, lab.config.ModelConfig: d_model 64, d_ff 256, learned PE, pre-LN, GELU,
 decoder; here with 4 layers and 8 heads):
     default    the default task (reverse, lengths 1-8: 8 batches of 32 sequences, 2 to 16 tokens)
-    induction  the induction preset's task (length 32, 64 symbols: one batch of 256 sequences of 31 tokens),
+    induction  the short/long preset's induction task (length 32, 64 symbols: one batch of 256 sequences of 31 tokens),
                a larger row for context
 The model is the run's seeded initialisation, not trained weights: the time does not depend on their values.
 
@@ -62,7 +62,7 @@ LIMIT_S = 2.0  # the acceptance bound for the default row
 MODEL = ModelConfig(n_layers=4, n_heads=8)  # every other field at the app's default
 ROWS: dict[str, TaskConfig] = {
     "default": TaskConfig(),  # reverse, lengths 1-8
-    "induction": TaskConfig(name="induction", min_len=32, max_len=32, n_symbols=64),  # the induction preset's
+    "induction": TaskConfig(name="induction", min_len=32, max_len=32, n_symbols=64),  # the short/long preset's
 }
 
 

@@ -27,7 +27,7 @@ def test_induction_says_when_the_two_layer_loss_dropped():
     evals = curve("loss", [4.1, 4.0, 3.0, 0.9, 0.6], 50)
     text = PRESETS["induction"].explain({"1 layer": measured(summ(2.2, 0.0)), "2 layers": measured(summ(0.6, 0.0),
                                                                                                      evals)})
-    assert "from step 200 of 1000 on" in text and "0.60" in text and "2.20" in text, text
+    assert "from step 200 of 800 on" in text and "0.60" in text and "2.20" in text, text
 
 
 def test_encoder_decoder_names_the_anti_diagonal_head_and_its_share():
