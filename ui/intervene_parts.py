@@ -130,7 +130,7 @@ def _plots(patterns: Optional[dict], probe: Optional[ProbeInput],
 
     def grid(k: str) -> Any:
         silenced = spec.silenced(k, patterns[k].shape[1])
-        title = KIND_TITLES[k] + ", with interventions" + (" (hatched: output removed)" if silenced else "")
+        title = KIND_TITLES[k] + ", with interventions" + ("\n(hatched: output removed)" if silenced else "")
         return attention_grid(patterns[k], *labels[k], title, silenced)
     return {f"attn_{k}": gr.Plot(grid(k), visible=True) if k in patterns else gr.Plot(None, visible=False)
             for k in KINDS}
