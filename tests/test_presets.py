@@ -12,7 +12,8 @@ import torch
 
 from lab.config import RunConfig
 from lab.engine.record import summary_of
-from lab.teach.presets import LN_RUNS, METRICS, PES, PRESETS, SEEDS, Preset, previous_token_share
+from lab.teach.attention_measures import previous_token_share
+from lab.teach.presets import LN_RUNS, METRICS, PES, PRESETS, SEEDS, Preset
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
 from lab.tasks import get_task
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from lab.teach.attention_measures import anti_diagonal, previous_token_share
 
 Results = dict[str, dict[str, Any]]  # run name -> summary dict (lab.engine.jobs.summary_of)
 PES = ("alibi", "rope", "learned", "sinusoidal", "none")
@@ -120,15 +121,6 @@ INDUCTION = RunConfig(
     task=TaskConfig(name="induction", min_len=24, max_len=24, n_symbols=512),
     train=TrainConfig(steps=800, batch_size=64, lr=3e-3, warmup=30, schedule="constant", eval_every=50),
 )
-
-
-def previous_token_share(self_attn: Any, layer: int, head: int) -> Optional[float]:
-    """The share of a head's attention on the token just before the query (mean over query positions 1..),
-    from a decoder's attention snapshot (layers, heads, T, T); None without one."""
-    if self_attn is None or len(getattr(self_attn, "shape", ())) != 4 or self_attn.shape[-1] < 2:
-        return None
-    t = self_attn.shape[-1]
-    return float(self_attn[layer, head, range(1, t), range(t - 1)].mean())
 
 
 def _knockout_sentence(r: Results, name: str) -> str:
@@ -273,17 +265,6 @@ def _explain_encdec(r: Results) -> str:
                 f"shows how: {where}. " + beyond)
     return (f"Not solved yet: exact-match {_pct(em)}. The cross-attention map will be only partly "
             "anti-diagonal; train longer.")
-
-
-def anti_diagonal(cross: Any) -> Optional[tuple[int, int, float]]:
-    """(layer, head, share): the cross-attention head that puts the most weight on input position L-1-t
-    for output position t (reversal's alignment), averaged over t; None without a square pattern."""
-    if cross is None or len(getattr(cross, "shape", ())) != 4 or cross.shape[-1] != cross.shape[-2]:
-        return None
-    t = cross.shape[-1]
-    share = cross[:, :, range(t), [t - 1 - i for i in range(t)]].mean(-1)  # (layers, heads)
-    layer, head = divmod(int(share.argmax()), share.shape[1])
-    return layer, head, float(share[layer, head])
 
 
 # ---- Grokking ------------------------------------------------------------------------------------
