@@ -2,7 +2,7 @@
 induction preset's 2-layer model, sees its answer to a typed sequence with a repeat, computes the head
 importance map, clicks its top cell, and sees exact-match drop in the metrics table and the answer go wrong.
 
-The run is trained (the preset's own settings, 1000 steps) into the store before the app is launched; what
+The run is trained (the preset's own settings) into the store before the app is launched; what
 the page shows is compared with what the server computes for the same run through the API.
 """
 from __future__ import annotations

@@ -79,21 +79,21 @@ def test_explain_induction():
 
 
 def test_explain_induction_quotes_the_head_that_matters():
-    k = {"head": "0.0", "layer": 0, "index": 0, "intact": 0.68, "ablated": 7.01, "rise": 6.33, "median_rise": 0.35}
-    text = say("induction", {"1 layer": summ(4.24), "2 layers": {**summ(0.68), "knockout": k}})
-    assert ("Knocking out (zeroing) layer 0 head 0 raises its held-out loss from 0.68 to 7.01, 18x as much as the "
-            "median head (+0.35; click its cell in Inspect)") in text and "ln 512 = 6.24" in text
-    assert "Knocking out" not in say("induction", {"1 layer": summ(4.24), "2 layers": summ(0.68)})
+    k = {"head": "0.0", "layer": 0, "index": 0, "intact": 0.8, "ablated": 8.02, "rise": 7.22, "median_rise": 0.41}
+    text = say("induction", {"1 layer": summ(5.04), "2 layers": {**summ(0.8), "knockout": k}})
+    assert ("Knocking out (zeroing) layer 0 head 0 raises its held-out loss from 0.80 to 8.02, 18x as much as the "
+            "median head (+0.41; click its cell in Inspect)") in text and "ln 1000 = 6.91" in text
+    assert "Knocking out" not in say("induction", {"1 layer": summ(5.04), "2 layers": summ(0.8)})
     # with the run's last attention snapshot: the head's share of attention on the previous token
     attn = np.zeros((2, 2, 5, 5))
     attn[0, 0, range(1, 5), range(4)] = 0.9  # head 0.0 looks one token back
-    seen = say("induction", {"1 layer": summ(4.24), "2 layers": {**summ(0.68), "knockout": k,
+    seen = say("induction", {"1 layer": summ(5.04), "2 layers": {**summ(0.8), "knockout": k,
                                                                 "attention": {"dec_self": attn}}})
     assert "layer 0 head 0, which puts 90% of its attention on the previous token, raises" in seen
     assert previous_token_share(attn, 0, 1) == 0.0 and previous_token_share(None, 0, 0) is None
-    small = {**k, "ablated": 1.0, "rise": 0.32, "median_rise": 0.2}
-    assert "1.6x as much as the median head (+0.20" in say("induction", {"1 layer": summ(4.24), "2 layers": {
-        **summ(0.68), "knockout": small}})
+    small = {**k, "ablated": 1.12, "rise": 0.32, "median_rise": 0.2}
+    assert "1.6x as much as the median head (+0.20" in say("induction", {"1 layer": summ(5.04), "2 layers": {
+        **summ(0.8), "knockout": small}})
 
 
 def test_explain_ln():
@@ -230,9 +230,9 @@ def test_induction_needs_two_layers_and_one_head_matters_most():
     k = knockout_summary(imp)
     rises = sorted(float(v) for v in (imp.loss - imp.intact_loss).flat)
     print(f"\n[induction] knockout loss by head {imp.loss.round(3).tolist()}, intact {imp.intact_loss:.3f}: {k}")
-    assert k["rise"] == rises[-1] and k["rise"] > 0.2, k  # the map ranks first the head that matters most
-    # Measured at these settings (torch 2.13, CPU, seed 0): the previous-token head 0.0 raises the loss from
-    # 0.71 to 7.05 (+6.34), the median head by +0.27 (24x). Issue 15 asks for 3x.
+    assert k["rise"] == rises[-1] and k["rise"] > 1.0, k  # the map ranks first the head that matters most
+    # Measured at these settings (torch 2.13, CPU, seed 0): the previous-token head 0.1 raises the loss from
+    # 0.80 to 8.02 (+7.22), the median head by +0.41 (18x); seeds 1-9: 14x to 22x. Issue 15 asks for 3x.
     assert k["rise"] >= 3 * k["median_rise"], k
     snaps = [rec for rec in r.records["2 layers"] if isinstance(rec, SnapshotRecord)]
     attn = snaps[-1].patterns["dec_self"]  # (layers, heads, T, T) on the probe, at the last step
