@@ -146,13 +146,12 @@ def summarise(store: Any, ids: list[str]) -> tuple[list[dict[str, Any]], pd.Data
                      "wall_s": summary.get("wall_s"), "ray_node": status.get("ray_node")})
     finals = {r["run_id"]: {f"final.{k}.{m}": v for k in ("eval", "ood") for m, v in (r[k] or {}).items()}
               for r in runs}
+    varied = [a for a in AXES.values() if a.short != "seed" and len({flat[r][a.field] for r in ids}) > 1]
     rows = []
     for members in group_runs(flat).values():
-        cfg = store.config(members[0])
-        varied = [a for a in AXES.values() if a.short != "seed" and len({flat[m][a.field] for m in ids}) > 1]
-        name = " ".join(f"{a.short}={flatten(cfg)[a.field]}" for a in varied) or "all runs"
-        rows.append({"group": name, "runs": len(members),
-                     "seeds": ", ".join(str(flat[m]["train.seed"]) for m in members),
+        first = flat[members[0]]
+        rows.append({"group": " ".join(f"{a.short}={first[a.field]}" for a in varied) or "all runs",
+                     "runs": len(members), "seeds": ", ".join(str(flat[m]["train.seed"]) for m in members),
                      "completed": sum(r["state"] == "completed" for r in runs if r["run_id"] in members),
                      **{label: spread(finals[m].get(key) for m in members) for key, label in METRICS.items()}})
     return runs, pd.DataFrame(rows)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -20,7 +21,7 @@ from lab.config import ConfigError, RunConfig
 from lab.engine.backup import backup_run
 from lab.engine.cost import cost
 from lab.engine.environment import (MODES, batch_seeds_default, default_max_concurrent, default_mode, default_threads,
-                                    ray_gpus)
+                                    detect, ray_gpus)
 from lab.engine.environment import ray_address as env_ray_address
 from lab.engine.estimate import SpeedLog, probe_capacity
 from lab.engine.limits import Limits
@@ -93,8 +94,10 @@ class JobSlots:
                 raise ConfigError("LAB_RAY_ADDRESS", f"Ray is not installed here ({exc}); install it with "
                                   "`pip install -r requirements-scale.txt`") from None
             self.pool = RayPool(ray_address, ray_gpus())
-        if max_concurrent is None:
-            max_concurrent = default_max_concurrent() or (self.pool.slots() if self.mode == "ray" else 1)
+        if max_concurrent is None and self.mode == "ray":  # LAB_MAX_CONCURRENT, else the cluster's CPUs
+            max_concurrent = detect({**os.environ, "LAB_RAY_ADDRESS": ray_address}).slots or self.pool.slots()
+        elif max_concurrent is None:
+            max_concurrent = default_max_concurrent()
         self.max_concurrent = self._check_slots(max_concurrent)
         if self.mode == "process":
             self.pool = WorkerPool(max_concurrent)
