@@ -36,9 +36,13 @@ footer {display: none !important}
      the summary, Start and the curves above the knobs */
   .tab-container button {padding: 6px 7px !important; font-size: 14px !important}
   #train-main {flex-direction: column-reverse !important}
-  /* attention heatmaps keep a readable size and scroll sideways inside their own box */
-  #attn-enc_self .matplotlib, #attn-dec_self .matplotlib, #attn-cross .matplotlib {overflow-x: auto}
-  #attn-enc_self img, #attn-dec_self img, #attn-cross img {max-width: none !important; width: 640px !important}
+  /* attention heatmaps keep a readable size and scroll sideways inside their own box; the picture starts at
+     the box's left edge when wider than it (Gradio centres it with flexbox, which spills a wide picture out
+     on both sides, and a box cannot be scrolled left of its start), and auto margins centre a narrower one */
+  #attn-enc_self .matplotlib, #attn-dec_self .matplotlib, #attn-cross .matplotlib {
+    overflow-x: auto; align-items: flex-start !important}
+  #attn-enc_self img, #attn-dec_self img, #attn-cross img {
+    max-width: none !important; width: 640px !important; margin: 0 auto; flex-shrink: 0}
 }
 """
 
