@@ -1,4 +1,4 @@
-"""Presets tab: known results from docs/SCIENCE.md, one click each (the runs live in lab/presets.py).
+"""Presets tab: known results from docs/SCIENCE.md, one click each (the runs live in lab/teach/presets.py).
 
 Each preset shows its "predict before you click" question, its reference and how long its runs would
 take if started now: the job manager's estimate from this server's measured speed and its queue
@@ -7,6 +7,10 @@ launches all its runs and opens Compare on them with the preset's curve; a timer
 m runs done") and, once all are done, shows the preset's explanation, built from the measured
 summaries. The last launched preset is kept in the browser (gr.BrowserState), so reopening the page
 finds its runs again.
+
+Each card also keeps its preset's last result on this server, for every browser: the explanation of the
+newest finished run of each of the preset's runs, found in the store by its exact config (`newest_runs`),
+refreshed with the estimates and when the browser's own preset finishes.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from typing import Any, Callable
 
 import gradio as gr
 
+from lab.config import RunConfig
 from lab.engine.estimate import Estimate
 from lab.teach.presets import PRESETS, Preset, measured
 from lab.engine.store import LIVE_STATES
@@ -26,6 +31,8 @@ from ui.compare import reset_curves, select
 
 POLL_S = 2.0
 _KNOCKOUTS: dict[str, dict] = {}  # run id -> knockout summary of its final weights
+_RESULTS: dict[tuple, str] = {}  # (preset key, its newest finished runs with their updated_at) -> explanation
+FINISHED = ("completed", "stopped")  # a stopped run has its final evaluation; the explanation says it stopped
 INTRO = ("Known results, reproduced on this machine in seconds to minutes. **Read the question and make a "
          "prediction first**, then click: the button starts every run of the preset and opens **Compare** on "
          "them. When they finish, a sentence here (and above Compare's curves) says what happened and why.")
@@ -36,16 +43,69 @@ def wall_text(est: Estimate) -> str:
     return f"⏱ {est.text()}"
 
 
-def card(p: Preset, est: Estimate) -> str:
+def card(p: Preset, est: Estimate, result: str = "") -> str:
     n = len(p.runs)
     return (f"### {p.title}\n**Predict before you click:** {p.question}\n\n"
-            f"*{p.reference}.* {n} run{'s' if n > 1 else ''}; opens Compare on *{p.metric}*.\n\n{wall_text(est)}")
+            f"*{p.reference}.* {n} run{'s' if n > 1 else ''}; opens Compare on *{p.metric}*.\n\n{wall_text(est)}"
+            + (f"\n\n{result}" if result else ""))
 
 
-def cards(ctx: AppContext, owner: Any = "") -> list[str]:
-    """Every preset's card with the estimate for this server now (milliseconds: no store reads)."""
+def cards(ctx: AppContext, owner: Any = "", results: bool = True) -> list[str]:
+    """Every preset's card with the estimate for this server now and, with `results`, its last result on
+    this server (one store listing; explanations of unchanged runs are cached)."""
     who = owner if isinstance(owner, str) else ""
-    return [card(p, ctx.jobs.estimate(list(p.runs), owner=who)) for p in PRESETS.values()]
+    found = newest_runs(ctx) if results else {}
+    return [card(p, ctx.jobs.estimate(list(p.runs), owner=who), last_result(ctx, p, found.get(p.key, {})) if results
+                 else "") for p in PRESETS.values()]
+
+
+def newest_runs(ctx: AppContext) -> dict[str, dict[str, tuple[str, str]]]:
+    """Preset key -> {run name: (run id, updated_at)}: for each run of each preset, the newest finished run
+    on this server (any browser's; completed, or stopped with its final evaluation) whose config is exactly
+    that run's, name included. Configs are read only for runs that bear a preset run's name."""
+    listing = ctx.store.list()  # oldest first
+    if listing.empty or "final.steps" not in listing:
+        return {}
+    wanted: dict[str, list[tuple[str, RunConfig]]] = {}
+    for p in PRESETS.values():
+        for cfg in p.runs:
+            wanted.setdefault(cfg.name, []).append((p.key, cfg))
+    done = listing[listing["state"].isin(FINISHED) & listing["name"].isin(list(wanted)) & listing["final.steps"].notna()]
+    out: dict[str, dict[str, tuple[str, str]]] = {}
+    for run_id, name, updated in reversed(list(done[["run_id", "name", "updated_at"]].itertuples(index=False))):
+        todo = [(key, cfg) for key, cfg in wanted[name] if name not in out.get(key, {})]
+        if not todo:
+            continue
+        try:
+            cfg = ctx.store.config(run_id)
+        except (RunNotFoundError, DamagedRunError):
+            continue
+        for key, want in todo:
+            if cfg == want:
+                out.setdefault(key, {})[name] = (run_id, str(updated))
+    return out
+
+
+def last_result(ctx: AppContext, preset: Preset, runs: dict[str, tuple[str, str]]) -> str:
+    """The card's sentence on the preset's last result here: its explanation from the runs `newest_runs`
+    found (kept while none of them changes), or that it has not been run on this server."""
+    if not runs:
+        return "*Not run on this server yet: its result appears here once its runs have finished.*"
+    key = (preset.key, *sorted(runs.items()))
+    if key not in _RESULTS:
+        results: dict[str, dict] = {}
+        for name, (run_id, _) in runs.items():
+            try:
+                summary = ctx.store.summary(run_id)
+                if summary:
+                    results[name] = run_result(ctx, run_id, summary, knockout=name in preset.knockout)
+            except (RunNotFoundError, DamagedRunError):
+                continue
+        _RESULTS[key] = preset.explain(results)
+        while len(_RESULTS) > 64:
+            _RESULTS.pop(next(iter(_RESULTS)))
+    when = max(updated for _, updated in runs.values())[:16].replace("T", " ")
+    return f"**Last result on this server** (runs finished by {when} UTC): {_RESULTS[key]}"
 
 
 def last_runs(ctx: AppContext, last: Any) -> tuple[Preset | None, list[str]]:
@@ -184,7 +244,9 @@ class PresetsTab:
         self.show.click(on_show, inputs=self.last, outputs=opens, api_name="preset_show").success(
             on_select, inputs=self.last, outputs=compare.pick, api_name="preset_show_select")
 
-        # the cards' estimates follow the server: when the tab is opened, and while a preset trains
+        # the cards' estimates and last results follow the server: when the tab is opened, while a preset
+        # trains, and once more when this browser's preset line changes (its last run finished: a tick's
+        # card refresh may have read the store just before)
         @errors_as_messages
         def on_cards(who: Any) -> list[str]:
             return cards(ctx, who)
@@ -192,6 +254,8 @@ class PresetsTab:
         self.tab.select(on_cards, inputs=owner, outputs=self.cards, api_name="preset_cards", show_progress="hidden")
         self.timer.tick(on_cards, inputs=owner, outputs=self.cards, api_name="preset_cards_poll",
                         show_progress="hidden")
+        self.status.change(on_cards, inputs=owner, outputs=self.cards, api_name="preset_cards_done",
+                           show_progress="hidden")
 
 
 def build_presets_tab(ctx: AppContext, last: gr.BrowserState) -> PresetsTab:
@@ -204,7 +268,7 @@ def build_presets_tab(ctx: AppContext, last: gr.BrowserState) -> PresetsTab:
             status_md = gr.Markdown("", elem_id="preset-status")
             show = gr.Button("Show the last preset in Compare", size="sm", scale=0, elem_id="preset-show")
         buttons, card_mds = {}, []
-        for p, text in zip(PRESETS.values(), cards(ctx)):
+        for p, text in zip(PRESETS.values(), cards(ctx, results=False)):  # results: when the tab is opened
             with gr.Group():
                 card_mds.append(gr.Markdown(text, elem_id=f"preset-card-{p.key}", padding=True))
                 buttons[p.key] = gr.Button(f"Run “{p.title}”", variant="primary", size="sm",

@@ -1,0 +1,120 @@
+"""A preset's card keeps the result of its last run on this server, in every browser: the explanation of
+the newest finished run of each of its runs, found in the store by its exact config, whichever preset ran
+after it and whichever browser started it.
+
+The runs are the presets' real configs, trained in-process and stopped after a few steps (a stopped run has
+its final evaluation, and the explanation says it stopped), so the tests take seconds, not minutes.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import app
+from lab.engine.record import record_run
+from lab.engine.store import RunStore
+from lab.teach.presets import PRESETS
+from tests.conftest import launch_app
+from ui.common import AppContext
+from ui.presets import newest_runs, run_result
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+NOT_RUN = "Not run on this server yet"
+LAST = "Last result on this server"
+
+
+def stopped_run(store: RunStore, cfg, stop_at: int) -> str:
+    """A run of `cfg` (a preset's own config) trained in this process and stopped at step `stop_at`."""
+    run_id = store.create(cfg)
+    record_run(store, run_id, threads=1, stop_at=stop_at)
+    assert store.status(run_id)["state"] == "stopped" and store.summary(run_id)["eval"]
+    return run_id
+
+
+def preset_cards(demo) -> dict[str, str]:
+    """What the Presets tab's cards say once the tab is opened (its select event): preset key -> text."""
+    fn = next(f for f in demo.fns.values() if f.api_name == "preset_cards").fn
+    return dict(zip(PRESETS, fn("")))
+
+
+def expected(store: RunStore, key: str, ids: dict[str, str]) -> str:
+    """The preset's explanation of exactly these runs (run name -> id)."""
+    ctx = AppContext(store, None)  # run_result reads the store only
+    preset = PRESETS[key]
+    return preset.explain({name: run_result(ctx, r, store.summary(r), knockout=name in preset.knockout)
+                           for name, r in ids.items()})
+
+
+def test_each_card_keeps_its_own_presets_newest_result(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    sort_cfg, encdec_cfg = PRESETS["hello_sort"].runs[0], PRESETS["encoder_decoder"].runs[0]
+    older = stopped_run(store, sort_cfg, 25)
+    demo = app.build_demo(store)
+    try:
+        shown = preset_cards(demo)
+        assert LAST in shown["hello_sort"] and expected(store, "hello_sort", {"sort": older}) in shown["hello_sort"]
+        assert "(Stopped early: sort.)" in shown["hello_sort"]
+        assert all(NOT_RUN in text for key, text in shown.items() if key != "hello_sort"), shown
+
+        # the next preset runs (from any browser): the first card keeps its result, the second shows its own
+        encdec = stopped_run(store, encdec_cfg, 10)
+        shown = preset_cards(demo)
+        assert expected(store, "hello_sort", {"sort": older}) in shown["hello_sort"]
+        assert expected(store, "encoder_decoder", {"encoder-decoder": encdec}) in shown["encoder_decoder"]
+        assert "(Stopped early: encoder-decoder.)" in shown["encoder_decoder"]
+        assert NOT_RUN in shown["grokking"] and NOT_RUN in shown["induction"]
+
+        # a newer run of the sort preset replaces the older one; a run merely named "sort" (another config)
+        # and one still queued do not
+        newer = stopped_run(store, sort_cfg, 50)
+        stopped_run(store, replace(sort_cfg, train=replace(sort_cfg.train, steps=60)), 30)
+        store.create(sort_cfg)  # queued: no result yet
+        assert newest_runs(demo.lab_context)["hello_sort"]["sort"][0] == newer
+        new_text, old_text = (expected(store, "hello_sort", {"sort": r}) for r in (newer, older))
+        assert new_text != old_text  # 50 steps measure differently from 25
+        shown = preset_cards(demo)
+        assert new_text in shown["hello_sort"] and old_text not in shown["hello_sort"]
+        assert expected(store, "encoder_decoder", {"encoder-decoder": encdec}) in shown["encoder_decoder"]
+
+        # a preset whose runs are only partly here says which result is missing
+        one_layer = stopped_run(store, PRESETS["induction"].runs[0], 5)
+        shown = preset_cards(demo)
+        assert "No final results yet for: 2 layers" in shown["induction"], shown["induction"]
+        store.delete(one_layer)
+        assert NOT_RUN in preset_cards(demo)["induction"]
+    finally:
+        demo.lab_context.jobs.shutdown(wait=True)
+
+
+@pytest.mark.slow
+def test_another_browser_sees_every_presets_last_result(tmp_path):
+    """Chromium: a page opened before the encoder-decoder preset ran shows it once the tab is opened again,
+    and a second browser context (its own storage: it never ran a preset) shows both presets' results."""
+    from playwright.sync_api import expect
+
+    from tests.browser import assert_no_errors, chromium, open_page
+
+    store = RunStore(tmp_path / "runs")
+    sort_run = stopped_run(store, PRESETS["hello_sort"].runs[0], 25)
+    sort_text = expected(store, "hello_sort", {"sort": sort_run})
+    with launch_app(tmp_path) as server, chromium() as browser:
+        first = open_page(browser, server.url)
+        first.get_by_role("tab", name="Presets").click()
+        expect(first.locator("#preset-card-hello_sort")).to_contain_text(LAST)
+        expect(first.locator("#preset-card-hello_sort")).to_contain_text(sort_text)
+        expect(first.locator("#preset-card-encoder_decoder")).to_contain_text(NOT_RUN)
+
+        encdec = stopped_run(store, PRESETS["encoder_decoder"].runs[0], 10)  # another browser's preset
+        encdec_text = expected(store, "encoder_decoder", {"encoder-decoder": encdec})
+        second = open_page(browser, server.url)
+        second.get_by_role("tab", name="Presets").click()
+        for page in (second, first):
+            if page is first:  # the first page sees it when its tab is opened again
+                first.get_by_role("tab", name="Train").click()
+                first.get_by_role("tab", name="Presets").click()
+            expect(page.locator("#preset-card-hello_sort")).to_contain_text(sort_text)
+            expect(page.locator("#preset-card-encoder_decoder")).to_contain_text(encdec_text)
+            expect(page.locator("#preset-card-grokking")).to_contain_text(NOT_RUN)
+            assert_no_errors(page)
+    store.close()
