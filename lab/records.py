@@ -26,7 +26,13 @@ class StepRecord:
 
 @dataclass(frozen=True)
 class EvalRecord:
-    """Held-out metrics at the training lengths and beyond them (ood)."""
+    """Metrics at one evaluation (lab/evaluation.py): held-out at the training lengths (no prefix), held out
+    beyond them (`ood_`), and on samples of the training distribution (`train_`: modular addition's training
+    pairs, the text's training part; for generated tasks fresh sequences at the training lengths), so
+    training and held-out curves can be drawn side by side. Losses are mean cross-entropy in nats over the
+    scored positions; `predictable_acc` counts only the positions a perfect model can get right (induction:
+    the repeat after its first token), None for tasks where that is every scored position. A record stored
+    before a field existed reads it as None."""
 
     step: int
     elapsed_s: float
@@ -37,6 +43,11 @@ class EvalRecord:
     ood_loss: Optional[float] = None  # None when the task has no longer lengths
     ood_token_acc: Optional[float] = None
     ood_exact_match: Optional[float] = None
+    train_loss: Optional[float] = None  # the training distribution, on half as many samples as held out
+    train_token_acc: Optional[float] = None
+    train_exact_match: Optional[float] = None
+    predictable_acc: Optional[float] = None  # held-out, at the training lengths
+    train_predictable_acc: Optional[float] = None
 
 
 @dataclass(frozen=True)

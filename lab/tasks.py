@@ -25,6 +25,7 @@ from lab.taskshapes import IGNORE_INDEX
 from lab.config import TaskConfig
 
 EVAL_SEED = 1_000_003  # held-out batches never share the training generator's stream
+EVAL_SPLITS = {"train": 2, "eval": 0, "ood": 1}  # split -> offset of its fixed batches' seed from EVAL_SEED
 PROBE_SEED = 7
 
 
@@ -48,6 +49,11 @@ class Task(shapes.TaskShape):
 
     def solve(self, cfg: TaskConfig, prompt: Tensor) -> Tensor:
         raise NotImplementedError
+
+    def predictable(self, tgt: Tensor) -> Optional[Tensor]:
+        """(B, T) mask of the scored positions a perfect model can get right, for tasks where some scored
+        positions cannot be predicted (induction); None where every scored position can be."""
+        return None
 
     def batch(self, cfg: TaskConfig, arch: str, n: int, gen: torch.Generator,
               length: Optional[int] = None, split: str = "train") -> Batch:
@@ -171,6 +177,13 @@ class Induction(Task, shapes.Induction):
         tgt = seq[:, 1:].masked_fill(~scored[:, 1:], IGNORE_INDEX)
         return Batch(inp=seq[:, :-1].contiguous(), tgt=tgt)
 
+    def predictable(self, tgt: Tensor) -> Tensor:
+        """The repeated part after its first token: the first repeated token follows the last token of the
+        segment's first occurrence, which nothing before it predicts (a guess, 1 / n_symbols at best);
+        every later one is its earlier occurrence's successor, which an induction head copies."""
+        scored = tgt != IGNORE_INDEX  # (B, T)
+        return scored & (scored.cumsum(1) > 1)
+
 
 def induction_sequences(vocab: int, length: int, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
     """(seq, scored): (n, length) tokens and a mask of positions predictable from a repeat."""
@@ -229,17 +242,21 @@ def get_task(name: str) -> Task:
 
 
 def eval_batches(cfg: TaskConfig, arch: str, split: str, n_samples: int, batch_size: int = 256) -> list[Batch]:
-    """Deterministic held-out batches spread evenly over the split's lengths ("eval" or "ood")."""
+    """Deterministic evaluation batches spread evenly over the split's lengths: held-out ones ("eval" at
+    the training lengths, "ood" beyond), or "train": samples of the training distribution at the training
+    lengths (modular addition's training pairs, the text's training 90%; for the generated tasks freshly
+    drawn sequences, the distribution training draws from, so they measure what held-out ones do)."""
     task = get_task(cfg.name)
     lengths = task.lengths(cfg, split)
     if not lengths:
         return []
-    gen = torch.Generator().manual_seed(EVAL_SEED + (1 if split == "ood" else 0))
+    gen = torch.Generator().manual_seed(EVAL_SEED + EVAL_SPLITS[split])
     per_len = max(1, -(-n_samples // len(lengths)))
     out = []
     for length in lengths:
         for start in range(0, per_len, batch_size):
-            out.append(task.batch(cfg, arch, min(batch_size, per_len - start), gen, length, "eval"))
+            out.append(task.batch(cfg, arch, min(batch_size, per_len - start), gen, length,
+                                  "train" if split == "train" else "eval"))
     return out
 
 

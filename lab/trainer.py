@@ -1,8 +1,9 @@
 """The training loop: one synchronous loop, callbacks with small frozen records, a stop check per step.
 
 One loop (`fit`) serves one run alone (`train`) and k seed repeats trained as one batched model
-(lab/batched.py): it owns evaluation, attention snapshots, logging, stopping and the results, and asks a
-`Stepper` only for the optimisation step. No threads and no files here (see lab/engine/). Reproducible from the seed: the model is
+(lab/batched.py): it owns evaluation (lab/evaluation.py: held-out and training-set metrics), attention
+snapshots, logging, stopping and the results, and asks a `Stepper` only for the optimisation step. No
+threads and no files here (see lab/engine/). Reproducible from the seed: the model is
 initialised from a forked global RNG seeded with `train.seed`, the data come from a per-run
 `torch.Generator`, and dropout masks from the global RNG seeded with `train.seed` at the start, so
 two runs with one config give the same numbers on the same device (with dropout, when no other
@@ -28,11 +29,12 @@ from torch import Tensor
 
 from lab.checkpoint import Checkpoint, RunState, capture, restore
 from lab.config import RunConfig, TrainConfig
-from lab.device import autocast, batch_source, device_eval_batches, resolve_device, set_threads
+from lab.device import autocast, batch_source, resolve_device, set_threads
+from lab.evaluation import Evaluator, evaluate  # noqa: F401 (evaluate: its callers import it from here)
 from lab.model import Transformer
 from lab.optim import FastAdamW, clip_grad_norm
 from lab.records import EvalRecord, Record, SnapshotRecord, StepRecord
-from lab.tasks import IGNORE_INDEX, Batch, get_task, probe
+from lab.tasks import Batch, get_task, probe
 
 _INIT_LOCK = threading.Lock()  # model init uses the global RNG: one thread at a time
 MAX_LOGGED_STEPS = 500  # train records per run, at most (plus the last step)
@@ -95,27 +97,6 @@ def train_step(model: Transformer, b: Batch, params: list[Tensor], opt: FastAdam
     grad_norm = clip_grad_norm([p.grad for p in params if p.grad is not None], clip)
     opt.step()
     return loss, grad_norm
-
-
-@torch.no_grad()
-def evaluate(model: Transformer, batches: list[Batch], device: torch.device) -> tuple[float, float, float]:
-    """(loss, token accuracy, exact-match) over scored positions of held-out batches."""
-    was_training = model.training
-    model.eval()
-    loss_sum = correct = scored = exact = rows = 0.0
-    for b in batches:
-        b = b.to(device)
-        out = model(b.inp, b.src)
-        mask = b.tgt != IGNORE_INDEX  # (B, T)
-        logits = out.logits[mask]  # (N, vocab)
-        loss_sum += torch.nn.functional.cross_entropy(logits, b.tgt[mask], reduction="sum").item()
-        hit = (out.logits.argmax(-1) == b.tgt) | ~mask  # (B, T)
-        correct += (hit & mask).sum().item()
-        scored += mask.sum().item()
-        exact += hit.all(dim=1).sum().item()
-        rows += b.tgt.shape[0]
-    model.train(was_training)
-    return loss_sum / max(scored, 1), correct / max(scored, 1), exact / max(rows, 1)
 
 
 @torch.no_grad()
@@ -182,7 +163,7 @@ def fit(cfgs: Sequence[RunConfig], stepper: Stepper, device: torch.device,
     if start is not None and (k != 1 or start.step > tc.steps):
         raise ValueError(f"start: a checkpoint continues one run up to train.steps (got {k} runs, checkpoint "
                          f"at step {start.step}, train.steps {tc.steps})")
-    evals = device_eval_batches(cfgs[0], device)  # batched runs share their task, so their eval data
+    evaluator = Evaluator(cfgs[0], device)  # batched runs share their task, so their evaluation data
     snaps = snapshot_steps(tc)
     log_every = max(1, tc.steps // MAX_LOGGED_STEPS)
     live = list(range(k))  # runs still training, in the stepper's order
@@ -196,10 +177,8 @@ def fit(cfgs: Sequence[RunConfig], stepper: Stepper, device: torch.device,
     t0 = time.perf_counter() - (start.elapsed_s if start is not None else 0.0)
 
     def do_eval(j: int, step: int) -> None:
-        i, model = live[j], stepper.model(j)
-        loss, acc, em = evaluate(model, evals["eval"], device)
-        ood = evaluate(model, evals["ood"], device) if evals["ood"] else (None, None, None)
-        last_eval[i] = EvalRecord(step, time.perf_counter() - t0, tokens[i], loss, acc, em, *ood)
+        i = live[j]
+        last_eval[i] = evaluator(stepper.model(j), step, tokens[i], lambda: time.perf_counter() - t0)
         on_record[i](last_eval[i])
 
     def snapshot(j: int, step: int) -> None:

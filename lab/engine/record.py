@@ -48,17 +48,26 @@ def error_line(exc: BaseException, limit: int = 1000) -> str:
 
 
 def summary_of(result: TrainResult) -> dict[str, Any]:
-    """The summary.json dict for a TrainResult."""
+    """The summary.json dict for a TrainResult: "train_loss" is the last logged training batch's loss;
+    the final evaluation's metrics are under "eval" (held out, training lengths), "ood" (held out, longer
+    lengths; None without them) and "train_set" (samples of the training distribution; None in runs
+    recorded before it was measured). "predictable_acc" joins "eval" and "train_set" for induction."""
     ev = result.final_eval
-    evals = ood = None
+    evals = ood = train_set = None
     if ev is not None:
         evals = {"loss": ev.loss, "token_acc": ev.token_acc, "exact_match": ev.exact_match}
         if ev.ood_loss is not None:
             ood = {"loss": ev.ood_loss, "token_acc": ev.ood_token_acc, "exact_match": ev.ood_exact_match}
+        if ev.train_loss is not None:
+            train_set = {"loss": ev.train_loss, "token_acc": ev.train_token_acc, "exact_match": ev.train_exact_match}
+        if ev.predictable_acc is not None:
+            evals["predictable_acc"] = ev.predictable_acc
+            if train_set is not None:
+                train_set["predictable_acc"] = ev.train_predictable_acc
     return {
         "params": result.params, "steps": result.steps_done, "train_loss": result.final_train_loss,
-        "eval": evals, "ood": ood, "wall_s": result.wall_s, "tokens_per_s": result.tokens_per_s,
-        "device": result.device, "stopped": result.stopped,
+        "eval": evals, "ood": ood, "train_set": train_set, "wall_s": result.wall_s,
+        "tokens_per_s": result.tokens_per_s, "device": result.device, "stopped": result.stopped,
     }
 
 
