@@ -9,6 +9,8 @@ tasks (induction, text) score positions of one sequence and run on the decoder o
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Optional, Protocol
 
 from lab import textdata
@@ -39,6 +41,7 @@ class TaskShape:
     description = ""
     lm = False  # language-model tasks score positions of one sequence (decoder only)
     has_ood = True  # does a longer-than-training evaluation make sense?
+    headline: tuple[str, ...] = ("exact_match", "token_acc", "loss")  # see headline_metrics
 
     def n_symbols(self, cfg: TaskConfig) -> int:
         return cfg.n_symbols
@@ -123,6 +126,7 @@ class ModularAddition(TaskShape):
 
     name, description = "modular_addition", "Compute (a + b) mod p; most pairs are held out (grokking)."
     has_ood = False
+    headline = ("exact_match", "loss")  # one answer token: token accuracy is exact-match
 
     def n_symbols(self, cfg):
         return cfg.modulus
@@ -142,6 +146,7 @@ class ModularAddition(TaskShape):
 
 class Parity(TaskShape):
     name, description = "parity", "Is the number of 1s odd? One answer token."
+    headline = ("exact_match", "loss")
 
     def n_symbols(self, cfg):
         return 2
@@ -170,6 +175,7 @@ class Induction(TaskShape):
 
     name, description = "induction", "Continue a repeated random segment (needs an induction head)."
     lm = True
+    headline = ("loss", "predictable_acc")  # exact-match needs the unpredictable first repeated token too
 
     def check(self, cfg, arch):
         if arch != "decoder":
@@ -200,6 +206,7 @@ class Text(TaskShape):
     description = "Continue your text, one character at a time (empty box: the built-in text)."
     lm = True
     has_ood = False
+    headline = ("loss",)  # against loss_baselines: no window of a real text is predicted exactly
 
     def chars(self, cfg: TaskConfig) -> tuple[str, ...]:
         """The vocabulary: token id i is the character `chars(cfg)[i]`."""
@@ -248,3 +255,34 @@ SHAPES: dict[str, TaskShape] = {
 
 def task_shape(name: str) -> TaskShape:
     return SHAPES[name]
+
+
+def headline_metrics(name: str) -> tuple[str, ...]:
+    """The evaluation metrics that mean something for task `name`, most telling first, as EvalRecord
+    columns of the held-out set at the training lengths ("loss", "token_acc", "exact_match",
+    "predictable_acc"); "train_" before one names the same measure on the training distribution, "ood_"
+    before loss, token_acc or exact_match the held-out longer lengths. Sequence tasks: exact-match (a
+    sequence right as a whole); one-token answers (modular addition, parity): exact-match and loss;
+    induction: loss and the accuracy on the predictable positions (its exact-match counts the unpredictable
+    first repeated token too, so it stays near chance for a model that copies every later token, Olsson
+    et al. 2022); text: loss only, read against `loss_baselines` (a language model of real text is never
+    right on a whole window)."""
+    return SHAPES[name].headline
+
+
+@dataclass(frozen=True)
+class LossBaselines:
+    """What a model's loss (nats a scored token) is read against: `chance`, ln of the vocabulary size (the
+    loss of a uniform guess), and for the text task `unigram`, the entropy of the training text's character
+    frequencies (the loss of the best model that ignores context, Shannon 1951); None elsewhere (induction's
+    tokens are uniform, so its unigram loss is chance)."""
+
+    chance: float
+    unigram: Optional[float] = None
+
+
+def loss_baselines(cfg: TaskConfig) -> LossBaselines:
+    """The loss baselines of a task config, in nats (see LossBaselines)."""
+    shape = SHAPES[cfg.name]
+    unigram = textdata.training_unigram_entropy(textdata.text_of(cfg.text)) if cfg.name == "text" else None
+    return LossBaselines(math.log(shape.vocab_size(cfg)), unigram)

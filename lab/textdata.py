@@ -174,9 +174,11 @@ def unigram_entropy_nats(text: str) -> float:
     return -sum(k / n * math.log(k / n) for k in Counter(text).values()) if n else 0.0
 
 
-def unigram_entropy_bits(text: str) -> float:
-    """The same entropy in bits (nats / ln 2)."""
-    return unigram_entropy_nats(text) / math.log(2)
+@functools.lru_cache(maxsize=16)
+def training_unigram_entropy(text: str) -> float:
+    """The unigram entropy (nats) of the text's training part, its first 90%: the loss baseline of its
+    held-out and training curves (lab/taskshapes.py loss_baselines)."""
+    return unigram_entropy_nats(text[:split_at(text)])
 
 
 def short_form(text: str, head: int = 24) -> str:

@@ -21,7 +21,7 @@ from lab.engine.jobs import JobManager
 from lab.engine.store import RunStore
 from lab.tasks import IGNORE_INDEX, eval_batches, get_task, probe
 from lab.textdata import (MAX_CHARS, MAX_DISTINCT, MIN_CHARS, builtin_text, char_label, split_at,
-                          unigram_entropy_bits, unigram_entropy_nats, vocabulary)
+                          unigram_entropy_nats, vocabulary)
 from ui.knobs import config_from_values, query_string
 from ui.textfile import MAX_BYTES, load_text_file, read_text_file
 
@@ -56,8 +56,7 @@ def test_unigram_entropy_against_a_hand_computation():
     text = "aab"  # p = 2/3, 1/3
     hand = -(2 / 3) * math.log(2 / 3) - (1 / 3) * math.log(1 / 3)
     assert unigram_entropy_nats(text) == pytest.approx(hand)
-    assert unigram_entropy_bits(text) == pytest.approx(hand / math.log(2))
-    assert unigram_entropy_bits("abcd" * 10) == pytest.approx(2.0)  # four equally likely characters
+    assert unigram_entropy_nats("abcd" * 10) == pytest.approx(math.log(4))  # four equally likely characters
     big = builtin_text()
     counts = Counter(big)
     probs = torch.tensor([c / len(big) for c in counts.values()], dtype=torch.float64)
@@ -79,10 +78,9 @@ def test_two_layer_model_beats_the_unigram_entropy_of_the_builtin_text():
     t0 = time.perf_counter()
     result = train(cfg, threads=1)
     loss = result.final_eval.loss
-    print(f"held-out loss {loss:.3f} nats, unigram entropy {entropy:.3f} nats "
-          f"({unigram_entropy_bits(builtin_text()):.3f} bits), {time.perf_counter() - t0:.1f} s")
+    print(f"held-out loss {loss:.3f} nats, unigram entropy {entropy:.3f} nats, {time.perf_counter() - t0:.1f} s")
     assert result.steps_done == 1000
-    assert 2.5 < entropy < 4.5  # English-like letters: about 4 bits
+    assert 2.5 < entropy < 3.5  # English-like letters: about 3.0 nats
     assert loss < 0.6 * entropy, (loss, entropy)
 
 

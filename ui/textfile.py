@@ -14,7 +14,7 @@ import gradio as gr
 
 from lab.config import ConfigError, in_words
 from lab.fields import shown
-from lab.textdata import MAX_CHARS, MIN_CHARS, check_text, unigram_entropy_bits, vocabulary
+from lab.textdata import MAX_CHARS, MIN_CHARS, check_text, training_unigram_entropy, vocabulary
 from ui.knobs import BY_KEY
 
 FIELD = "task.text"
@@ -67,8 +67,9 @@ def load_text_file(file: Any) -> tuple[Any, str]:
         label, why = in_words(exc)
         return gr.skip(), f"⚠️ **{label}**: {' '.join(why.split())}"
     return text, (f"Loaded {shown(name or os.path.basename(str(path)))}: {len(text):,} characters, "
-                  f"{len(vocabulary(text))} distinct; unigram entropy {unigram_entropy_bits(text):.2f} bits a "
-                  "character.")
+                  f"{len(vocabulary(text))} distinct; unigram baseline {training_unigram_entropy(text):.2f} nats a "
+                  "character (the entropy of its training 90%'s characters: the loss of a model that ignores "
+                  "context, in the loss curves' unit).")
 
 
 def build_text_upload(widgets: dict[str, gr.components.Component]) -> None:
