@@ -11,8 +11,9 @@ trained alone. What makes each run indistinguishable from its solo twin:
   - optimiser: AdamW (Loshchilov & Hutter 2019) written out per slice, with the gradient clipped
     by each run's own global norm and each run's own learning-rate schedule (runs may differ
     in lr as well as seed);
-  - the loop is the trainer's own (`lab.trainer.fit`): eval, attention snapshots, logging and stopping
-    run on a plain model loaded with the run's slice; only the step (`BatchedStepper`) differs.
+  - the loop is the trainer's own (`lab.trainer.fit`): evaluation (held-out and training-set metrics,
+    lab/evaluation.py), attention snapshots, logging and stopping run on a plain model loaded with the
+    run's slice; only the step (`BatchedStepper`) differs.
 Results match solo training to float32 round-off (tests/test_batched.py), not bit for bit.
 Each member run's checkpoint (`state`) is the per-run format of lab/checkpoint.py: its slice of the
 weights and AdamW moments, its step count and its batch source, so any member can be continued alone
