@@ -123,7 +123,7 @@ def cmd_ablate(args: argparse.Namespace, store: Any) -> int:
                           "or --importance)")
     cfg, model, at = load_run(store, args.run_id, args.step)
     if args.importance:
-        return _importance(args, cfg, model)
+        return _importance(args, cfg, model, at)
     from lab.views.probing import ablation_report
 
     try:
@@ -133,8 +133,11 @@ def cmd_ablate(args: argparse.Namespace, store: Any) -> int:
     if args.json:
         print(json.dumps({"run_id": args.run_id, "step": at, **report}))
         return 0
+    from lab.views.probing import measured_on
+
     print(_run_line(args.run_id, cfg))
     print("interventions: " + "; ".join(report["interventions"]))
+    print(f"held-out metrics on {measured_on(report['n'], at)}")
     print(f"{'':24}{'loss':>9}{'token acc':>11}{'exact-match':>13}")
     for split, name in (("eval", "training lengths"), ("ood", "longer lengths")):
         for which in ("intact", "ablated"):
@@ -150,7 +153,7 @@ def _run_line(run_id: str, cfg: RunConfig) -> str:
     return f"run {run_id}: {cfg.task.name}, {m.arch}, {m.n_layers} layers x {m.n_heads} heads, {m.pos} PE, {m.norm}-LN"
 
 
-def _importance(args: argparse.Namespace, cfg: RunConfig, model: "Transformer") -> int:
+def _importance(args: argparse.Namespace, cfg: RunConfig, model: "Transformer", step: Optional[int] = None) -> int:
     from lab.interventions import KIND_PREFIX
     from lab.views.probing import importance_map
 
@@ -159,9 +162,10 @@ def _importance(args: argparse.Namespace, cfg: RunConfig, model: "Transformer") 
         raise ConfigError("--kind", f"{args.kind!r} is not an attention of this run (allowed: {', '.join(kinds)})")
     imp = importance_map(model, cfg, kind=args.kind, mode=args.mode)
     ranked = [{"head": str(h), "loss_rise": rise} for h, rise in imp.ranked()]
-    out = {"run_id": args.run_id, "kind": imp.kind, "mode": imp.mode,
+    out = {"run_id": args.run_id, "step": step, "n": imp.n, "kind": imp.kind, "mode": imp.mode,
            "intact": {"loss": imp.intact_loss, "exact_match": imp.intact_exact},
-           "loss": imp.loss.tolist(), "exact_match": imp.exact.tolist(), "ranked": ranked, "sentence": imp.sentence()}
+           "loss": imp.loss.tolist(), "exact_match": imp.exact.tolist(), "ranked": ranked,
+           "sentence": imp.sentence(step)}
     if args.json:
         print(json.dumps(out))
         return 0
@@ -173,7 +177,8 @@ def _importance(args: argparse.Namespace, cfg: RunConfig, model: "Transformer") 
         print(f"{'':8}{heads}")
         for layer, row in enumerate(grid):
             print(f"{f'layer {layer}':8}" + "".join(format(float(v), fmt) for v in row))
-    print("\n" + imp.sentence()[0].upper() + imp.sentence()[1:] + ".")
+    sentence = imp.sentence(step)
+    print("\n" + sentence[0].upper() + sentence[1:] + ".")
     return 0
 
 

@@ -15,7 +15,9 @@ weights never change and no second model class exists.
   encoding then uses as if they were the positions (Haviv et al. 2022 study the former).
 
 Head and layer names: "L.H" is decoder self-attention (the only stack of a decoder-only model);
-"enc.L.H" and "cross.L.H" address an encoder-decoder's encoder and cross-attention.
+"enc.L.H" and "cross.L.H" address an encoder-decoder's encoder and cross-attention. Layers and heads count
+from 0 everywhere; a sentence names a head with `head_name` ("layer 0 head 1"), the row and column labels
+of Inspect's importance grid and attention heatmaps.
 """
 from __future__ import annotations
 
@@ -36,6 +38,13 @@ POSITIONAL = ("intact", "none", "shuffle")
 MODES = ("zero", "mean")
 _HEAD = re.compile(r"^(?:(enc|cross)\.)?(\d+)\.(\d+)$")
 _LAYER = re.compile(r"^(?:(enc)\.)?(\d+)$")
+KIND_WORDS = {"dec_self": "", "enc_self": "encoder self-attention ", "cross": "cross-attention "}
+
+
+def head_name(layer: int, head: int, kind: str = "dec_self") -> str:
+    """A head in words, counted from 0 as Inspect labels its rows and columns: "layer 0 head 1",
+    "cross-attention layer 1 head 2" (the grid's row "cross layer 1", column "head 2")."""
+    return f"{KIND_WORDS[kind]}layer {int(layer)} head {int(head)}"
 
 
 @dataclass(frozen=True, order=True)
@@ -46,6 +55,11 @@ class HeadRef:
 
     def __str__(self) -> str:
         return f"{KIND_PREFIX[self.kind]}{self.layer}.{self.head}"
+
+    @property
+    def words(self) -> str:
+        """"layer 1 head 0": the head in a sentence (`head_name`)."""
+        return head_name(self.layer, self.head, self.kind)
 
 
 @dataclass(frozen=True, order=True)

@@ -87,20 +87,20 @@ def panel_update(ctx: AppContext, cache: MapCache, trigger: str, shown: Any, run
         out |= cleared_ablated("" if fresh else "Press Apply to see this input with the interventions.")
     if fresh:
         maps = cache.get((run_id, step, "zero"))
-        out |= importance_parts(cfg, model, maps) if maps else {}
+        out |= importance_parts(cfg, model, maps, step) if maps else {}
         if trigger not in ("importance", "generate"):  # the other controls' values were the previous run's
             return out
     if trigger == "reset":
         out |= controls(cfg) | cleared_ablated() | {"metrics": table(), "applied_note": ""}
     elif trigger == "apply":
-        out |= ablated_parts(cfg, model, spec_from(heads, mode, skip_ff, skip_block, positional), probe)
+        out |= ablated_parts(cfg, model, spec_from(heads, mode, skip_ff, skip_block, positional), probe, step)
     elif trigger == "cell" and cell is not None and head_at(*cell) is not None:
         picked = [str(head_at(*cell))]
         out |= {"heads": picked} | ablated_parts(cfg, model, spec_from(picked, mode, skip_ff, skip_block, positional),
-                                                 probe)
+                                                 probe, step)
     elif trigger == "importance":
         out |= importance_parts(cfg, model, compute_maps(ctx, cache, run_id, cfg, model, step,
-                                                         "zero" if fresh else mode))
+                                                         "zero" if fresh else mode), step)
     elif trigger == "generate":
         out["gen_out"] = generated_text(cfg, model, prompt, temperature, n_tokens)
     return out

@@ -21,7 +21,8 @@ from lab.views.analysis import (ProbeInput, attention, generation_prompt, load_m
 from lab.views.plots import KIND_TITLES, attention_grid
 from lab.views.probe_plots import (answer_frame, answer_summary, importance_frame, importance_sentence,
                                    lens_figure, metrics_frame, styled_answer)
-from lab.views.probing import ablation_report, generate, greedy_answer, importance_map, logit_lens, means_for
+from lab.views.probing import (ablation_report, generate, greedy_answer, importance_map, logit_lens, means_for,
+                               measured_on)
 from ui.common import AppContext
 
 KINDS = ("enc_self", "dec_self", "cross")
@@ -136,12 +137,15 @@ def _plots(patterns: Optional[dict], probe: Optional[ProbeInput],
             for k in KINDS}
 
 
-def ablated_parts(cfg: RunConfig, model: Transformer, spec: Interventions, probe: Optional[ProbeInput]) -> dict:
-    """Held-out metrics intact vs with `spec`, and the probe's answer and attention with it."""
+def ablated_parts(cfg: RunConfig, model: Transformer, spec: Interventions, probe: Optional[ProbeInput],
+                  step: Optional[int] = None) -> dict:
+    """Held-out metrics intact vs with `spec` (on what, said in the note: `step` is the weights'), and the
+    probe's answer and attention with it."""
     means = means_for(model, cfg, spec)  # once, for the held-out metrics and the probe
     report = ablation_report(model, cfg, spec, means=means)
     done = "; ".join(report["interventions"]) or "none chosen (both columns are the intact model)"
-    out = {"metrics": table(metrics_frame(report)), "applied_note": f"Interventions applied: {done}."}
+    out = {"metrics": table(metrics_frame(report), label=f"Held-out metrics on {measured_on(report['n'], step)}"),
+           "applied_note": f"Interventions applied: {done}."}
     if probe is None:
         return out | cleared_ablated(SEE_NOTE)
     with applied(model, spec, means):
@@ -160,8 +164,9 @@ def lens_parts(cfg: RunConfig, model: Transformer, probe: Optional[ProbeInput]) 
     return {"lens": gr.Plot(fig, visible=True), "lens_note": LENS_NOTE}
 
 
-def importance_parts(cfg: RunConfig, model: Transformer, maps: list) -> dict[str, Any]:
-    note = (f"**{importance_sentence(maps)}** Each cell: the change in held-out loss when that head alone is "
+def importance_parts(cfg: RunConfig, model: Transformer, maps: list, step: Optional[int] = None) -> dict[str, Any]:
+    """The importance grid and its sentence, which says what it was measured on (`step`: the weights')."""
+    note = (f"**{importance_sentence(maps, step)}** Each cell: the change in held-out loss when that head alone is "
             f"knocked out ({maps[0].mode}), then exact-match. Click a cell to knock that head out.")
     return {"grid": table(importance_frame(maps)), "grid_note": note}
 
@@ -252,9 +257,10 @@ def api_call(ctx: AppContext, cache: MapCache, name: str, run_id: Any, *args: An
     if name == "answer":
         out = answer_parts(cfg, model, probe_input(cfg, *args))
     elif name == "intervene":
-        out = ablated_parts(cfg, model, spec_from(*args[2:]), probe_input(cfg, *args[:2]))
+        out = ablated_parts(cfg, model, spec_from(*args[2:]), probe_input(cfg, *args[:2]), step)
     elif name == "importance":
-        out = importance_parts(cfg, model, compute_maps(ctx, cache, run_id, cfg, model, step, args[0] or "zero"))
+        out = importance_parts(cfg, model, compute_maps(ctx, cache, run_id, cfg, model, step, args[0] or "zero"),
+                               step)
     elif name == "logit_lens":
         out = lens_parts(cfg, model, probe_input(cfg, *args))
     else:

@@ -37,7 +37,8 @@ def subject_for(ctx: AppContext, run_id: Optional[str]) -> Subject:
         return Subject(cfg, None, f"run {label}, untrained: it has no final weights yet, so this is the "
                                   f"initialisation it starts from")
     steps = (ctx.store.summary(run_id) or {}).get("steps")
-    return Subject(cfg, weights, f"run {label}, its final weights" + (f" after {steps} steps" if steps else ""))
+    return Subject(cfg, weights, f"run {label}, its final weights" + (f" after {steps} steps" if steps else ""),
+                   int(steps) if steps else None)
 
 
 def page_view(ctx: AppContext, key: str, run_id: Optional[str], probe: str):

@@ -15,6 +15,7 @@ import torch
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
+from lab.interventions import head_name
 from lab.teach import lesson_interventions, lessons
 from lab.params import COMPONENTS
 from lab.views.analysis import ProbeInput, positional_view
@@ -214,8 +215,8 @@ def heads(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     fig = attention_grid(p, labels, labels, KIND_TITLES[kind])
     entropy = -(p * np.log(np.clip(p, 1e-12, 1.0))).sum(-1).mean(-1)  # (L, H): mean over queries
     lo = np.unravel_index(np.argmin(entropy), entropy.shape)
-    return fig, (f"{KIND_TITLES[kind]}: {p.shape[0]} layers x {p.shape[1]} heads. The most focused head is layer "
-                 f"{lo[0]}, head {lo[1]} (mean entropy {entropy[lo]:.2f} nats; uniform over the keys would be up to "
+    return fig, (f"{KIND_TITLES[kind]}: {p.shape[0]} layers x {p.shape[1]} heads. The most focused head is "
+                 f"{head_name(lo[0], lo[1])} (mean entropy {entropy[lo]:.2f} nats; uniform over the keys would be up to "
                  f"{np.log(p.shape[-1]):.2f}).")
 
 
@@ -289,8 +290,8 @@ def cross(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     anti = (p[:, :, :rows].argmax(-1) == (n - 1 - np.arange(rows))).mean(-1)  # (L, H) rows on the anti-diagonal
     best = np.unravel_index(np.argmax(anti), anti.shape)
     note = "" if ed is s else f"Shown: {ed.source}. "
-    return fig, (f"{note}The head closest to the anti-diagonal (output i reads input n-1-i) is layer {best[0]}, head "
-                 f"{best[1]}: {anti[best]:.0%} of its rows.")
+    return fig, (f"{note}The head closest to the anti-diagonal (output i reads input n-1-i) is "
+                 f"{head_name(best[0], best[1])}: {anti[best]:.0%} of its rows.")
 
 
 def output(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:

@@ -1,23 +1,39 @@
 """The Learn page on interventions: which heads a model needs, where in the stack its answer forms, and
 what the answer becomes without its most important head. Drawn live from the chosen run (lab/views/
-probing.py computes; this module only draws), in the colours of lab/teach/lesson_figures.py.
+probing.py computes; this module only draws), in the colours of lab/teach/lesson_figures.py. Its numbers are
+the importance map Inspect and the presets quote: the same function on the run's own held-out set.
 
 Head knockout follows Michel et al. 2019 ("Are Sixteen Heads Really Better than One?"); the logit lens
 is nostalgebraist 2020; the induction circuit the page points to is Olsson et al. 2022.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 from matplotlib.figure import Figure
 
-from lab.interventions import HeadRef, Interventions, applied
+from lab.interventions import HeadRef, Interventions, applied, head_name
 from lab.teach import lessons
 from lab.views.analysis import ProbeInput
-from lab.views.probing import greedy_answer, importance_map, knockout_summary, logit_lens
+from lab.views.probing import (MATTERS, greedy_answer, importance_map, knockout_summary, logit_lens, measured_on,
+                               median_ratio)
 
 BLUE, RED, GREY = "#0072B2", "#D55E00", "#999999"
-MATTERS = 0.01  # a loss rise below this is noise: no head matters (an untrained model)
-N_HELD_OUT = 128  # a page must draw in well under a second: half the importance map's usual batch
+N_HELD_OUT: Optional[int] = None  # the run's own held-out set (probing.held_out_size), as Inspect and presets use
+
+
+def versus_median(top: dict) -> str:
+    """How the top head's rise compares with the median head's, from `knockout_summary`: a ratio only where the
+    median head's knockout changes the loss measurably (`median_ratio`); else both rises in words."""
+    ratio = median_ratio(top["rise"], top["median_rise"])
+    if ratio is not None:
+        times = f"{ratio:.0f}x" if ratio >= 10 else f"{ratio:.1f}x"
+        return f"the median head raises it by {top['median_rise']:.2f}, so the top head costs {times} as much"
+    median = top["median_rise"]
+    how, digits = ("nothing measurable", 3) if median > -MATTERS else ("it lowers the loss", 2)
+    return (f"knocking out the median head changes it by {median:.{digits}f} ({how}), so the rises are quoted, "
+            f"not their ratio: +{top['rise']:.2f} against {median:+.{digits}f}")
 
 
 def _right_probs(answer) -> np.ndarray:
@@ -30,7 +46,7 @@ def interventions(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     probe's answer intact and with the top head knocked out."""
     cfg = s.cfg
     model = s.model()
-    imp = importance_map(model, cfg, n=N_HELD_OUT)
+    imp = importance_map(model, cfg, n=N_HELD_OUT)  # the function, and the data, Inspect's map uses
     top = knockout_summary(imp)
     knock = Interventions(heads=(HeadRef("dec_self", top["layer"], top["index"]),))
     intact = greedy_answer(model, cfg, probe.batch)
@@ -67,7 +83,8 @@ def interventions(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
 
     x = np.arange(len(intact.tokens))
     a3.bar(x - 0.2, _right_probs(intact), 0.4, color=BLUE, label="intact")
-    a3.bar(x + 0.2, _right_probs(ablated), 0.4, color=RED, label=f"head {top['head']} knocked out")
+    name = head_name(top["layer"], top["index"])
+    a3.bar(x + 0.2, _right_probs(ablated), 0.4, color=RED, label=f"{name} knocked out")
     a3.set_ylim(0, 1.05)
     a3.set_title("the probe's answer: p(right token), 0 where wrong", fontsize=9)
     a3.set_xlabel("answer position" if intact.greedy else "position")
@@ -77,12 +94,10 @@ def interventions(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     wrong_in = sum(not t.right for t in scored_in)
     wrong_out = sum(not t.right for t in scored_out)
     probe_line = (f"On the probe, {wrong_in} of {len(scored_in)} answer tokens are wrong intact and {wrong_out} with "
-                  f"head {top['head']} knocked out. The logit lens shows in which layer the right answer becomes likely.")
+                  f"{name} knocked out. The logit lens shows in which layer the right answer becomes likely.")
     if top["rise"] < MATTERS:
         return fig, (f"No single head matters to this model yet: knocking out any one changes its held-out loss "
-                     f"({imp.intact_loss:.2f}) by at most {top['rise']:.3f}. {probe_line} Pick a trained run, e.g. "
-                     f"the 2-layer run of the Induction heads preset.")
-    ratio = top["rise"] / max(top["median_rise"], 1e-9)
-    caption = (f"{imp.sentence()[0].upper()}{imp.sentence()[1:]}; the median head raises it by "
-               f"{top['median_rise']:.2f}, so the top head costs {ratio:.1f}x as much. {probe_line}")
-    return fig, caption
+                     f"({imp.intact_loss:.2f}, {measured_on(imp.n, s.step)}) by at most {top['rise']:.3f}. "
+                     f"{probe_line} Pick a trained run, e.g. the 2-layer run of the Induction heads preset.")
+    sentence = imp.sentence(s.step)
+    return fig, f"{sentence[0].upper()}{sentence[1:]}; {versus_median(top)}. {probe_line}"

@@ -33,6 +33,7 @@ class Subject:
     cfg: RunConfig
     weights: Optional[dict[str, Tensor]]  # trained weights; None = the config's seeded initialisation
     source: str  # one line for the page: which model the pictures show
+    step: Optional[int] = None  # the training step of `weights`, where known: measured sentences quote it
 
     @property
     def trained(self) -> bool:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.teach.attention_measures import anti_diagonal, previous_token_share
+from lab.teach.attention_measures import anti_diagonal_words, knockout_sentence
+from lab.views.probing import measured_on
 
 Results = dict[str, dict[str, Any]]  # run name -> summary dict (lab.engine.jobs.summary_of)
 PES = ("alibi", "rope", "learned", "sinusoidal", "none")
@@ -123,37 +124,19 @@ INDUCTION = RunConfig(
 )
 
 
-def _knockout_sentence(r: Results, name: str) -> str:
-    """" Knocking out (zeroing) layer 0 head 1, which puts 89% of its attention on the previous token, raises
-    its held-out loss from 0.80 to 8.02, 18x as much as the median head (+0.41; click its cell in Inspect)."""
-    k = r[name].get("knockout") or {}
-    if not k:
-        return ""
-    share = previous_token_share((r[name].get("attention") or {}).get("dec_self"), k["layer"], k["index"])
-    which = (f", which puts {_pct(share)} of its attention on the previous token," if k["layer"] == 0 and share
-             and share >= 0.5 else "")
-    median = k["median_rise"]
-    if median >= 0.01:
-        ratio = k["rise"] / median
-        than = f", {ratio:.0f}x" if ratio >= 10 else f", {ratio:.1f}x"
-        than += f" as much as the median head (+{_n(median)}; click its cell in Inspect)."
-    else:
-        than = f" (the median head: {'+' if median >= 0 else '-'}{_n(abs(median))}; click its cell in Inspect)."
-    return (f" Knocking out (zeroing) layer {k['layer']} head {k['index']}{which} raises its held-out loss from "
-            f"{_n(k['intact'])} to {_n(k['ablated'])}" + than)
-
-
 def _explain_induction(r: Results) -> str:
     one, two = _ev(r, "1 layer"), _ev(r, "2 layers")
     n = INDUCTION.task.n_symbols
     chance = f"guessing costs ln {n} = {math.log(n):.2f}"
+    on = measured_on(INDUCTION.train.eval_samples, r["2 layers"].get("steps") or INDUCTION.train.steps)
     if two < 0.5 * one:
         step = _first_step(r, "2 layers", "loss", lambda v: v < 0.5 * one)
         when = f" (below half the 1-layer loss from step {step} of {INDUCTION.train.steps} on)" if step else ""
-        return (f"The 2-layer model's loss on the repeated part fell to {_n(two)}{when}; the 1-layer model's "
-                f"stayed at {_n(one)} ({chance}). Copying a repeat at a random offset needs an induction head: one layer "
-                "writes each token's predecessor into it, a second finds the earlier occurrence of the current "
-                "token and copies what followed, so one layer cannot do it." + _knockout_sentence(r, "2 layers"))
+        return (f"The 2-layer model's held-out loss on the repeated part fell to {_n(two)} on {on}{when}; the "
+                f"1-layer model's stayed at {_n(one)} ({chance}). Copying a repeat at a random offset needs an "
+                "induction head: a previous-token head in layer 0 writes each token's predecessor into it, a head in "
+                "layer 1 finds the earlier occurrence of the current token and copies what followed, so one layer "
+                "cannot do it." + knockout_sentence(r["2 layers"]))
     if two < one:
         return (f"The 2-layer model ended lower ({_n(two)} against {_n(one)}; {chance}), but not by the usual "
                 "margin: its induction head may not have formed yet. Look for a sudden drop in its curve.")
@@ -176,9 +159,11 @@ def _explain_ln(r: Results) -> str:
     head = (f"Held-out loss after 300 steps: pre-LN {_n(pre)}, post-LN without warmup {_n(post)}, "
             f"post-LN with warmup {_n(warm)} (guessing: ln 10 = 2.30). ")
     if post > pre and warm < post:
-        return head + ("In post-LN every residual sum passes through a LayerNorm, so at initialisation the "
-                       "gradients near the output are large and a full 1e-2 step from step 0 derails training; "
-                       "warmup keeps the first steps small, and pre-LN's untouched residual path needs none.")
+        return head + ("So at this high learning rate, 1e-2 from step 0, post-LN trains worse than pre-LN, and 100 "
+                       "warmup steps bring it back (warmup keeps the first steps small); pre-LN needed none. Xiong "
+                       "et al. 2020 trace this to post-LN's large gradients near the output at (Xavier) "
+                       "initialisation; with this lab's small initialisation Learn page 8 measures the gradients at "
+                       "initialisation about equal in both placements, so this lab shows the outcome, not that cause.")
     if post <= pre:
         return head + ("This time post-LN without warmup did not end worse than pre-LN: the failure is a "
                        "matter of luck in the first steps; try another seed.")
@@ -257,10 +242,7 @@ def _explain_encdec(r: Results) -> str:
     if em >= 0.99:
         beyond = (f"Past length 8 it manages only {_pct(ood)}: positions it never trained on do not line up."
                   if ood < 0.5 else f"Past length 8 it still gets {_pct(ood)} right.")
-        best = anti_diagonal(r["encoder-decoder"].get("attention", {}).get("cross"))
-        where = ("output position t reads input position L-1-t, an anti-diagonal" if best is None else
-                 f"layer {best[0] + 1}, head {best[1] + 1} puts {_pct(best[2])} of output position t's "
-                 "cross-attention on input position L-1-t, an anti-diagonal")
+        where = anti_diagonal_words(r["encoder-decoder"].get("attention", {}).get("cross"))
         return (f"Reversal solved: exact-match {_pct(em)} at lengths 1-8. In Inspect, the cross-attention map "
                 f"shows how: {where}. " + beyond)
     return (f"Not solved yet: exact-match {_pct(em)}. The cross-attention map will be only partly "

@@ -123,10 +123,11 @@ def head_at(row_label: str, column: str) -> Optional[HeadRef]:
     return HeadRef(kind, int(row.group(2)), int(col.group(1)))
 
 
-def importance_sentence(maps: Sequence[ImportanceMap]) -> str:
-    """The measured sentence for the head whose knockout raises the loss most, over every kind."""
+def importance_sentence(maps: Sequence[ImportanceMap], step: Optional[int] = None) -> str:
+    """The measured sentence for the head whose knockout raises the loss most, over every kind (`step`: of
+    the weights measured, said in the sentence)."""
     best = max(maps, key=lambda m: m.ranked()[0][1])
-    text = KIND_NAMES[best.kind] + best.sentence()
+    text = KIND_NAMES[best.kind] + best.sentence(step)
     return text[0].upper() + text[1:] + "."
 
 
