@@ -48,12 +48,13 @@ PAGES: tuple[Page, ...] = (
          "Head 0 of the first layer for the probe input: one row per token, $d_k$ columns each. With RoPE, "
          "$q$ and $k$ are shown after their rotation."),
     Page("scaling", "4 · Scaling by √d_k",
-         "The score of query $i$ for key $j$ is a dot product of $d_k$ numbers. If those are independent with "
-         "variance 1, the dot product has variance $d_k$: wide heads give large scores, softmax saturates to "
+         "The score of query $i$ for key $j$ is a dot product, a sum of $d_k$ products. If the entries of $q$ "
+         "and $k$ are independent with mean 0 and variance 1, each product has mean 0 and variance 1, so the "
+         "sum has variance $d_k$: wide heads give large scores, softmax saturates to "
          "one-hot and its gradients vanish. Dividing by $\\sqrt{d_k}$ brings the variance back to 1 "
          "(Vaswani et al. 2017, footnote 4).",
          r"s_{ij} = \frac{q_i \cdot k_j}{\sqrt{d_k}}, \qquad "
-         r"\mathrm{Var}(q_i \cdot k_j) = d_k \;\text{ for unit-variance entries}",
+         r"\mathrm{Var}(q_i \cdot k_j) = d_k \;\text{ for independent entries of mean 0, variance 1}",
          "Left: the spread of $q \\cdot k$ for random vectors, with and without the scaling (measured now). "
          "Middle and right: this model's first-layer attention (head 0) as computed, and with the scaling "
          "removed: sharper, closer to one-hot."),
@@ -128,15 +129,20 @@ PAGES: tuple[Page, ...] = (
     Page("interventions", "12 · Interventions: which parts matter",
          "A trained model can be taken apart without retraining it. Knock out one attention head (replace its "
          "output by zeros, or by its average over held-out inputs) and measure how much worse the model gets: "
-         "most heads can go at little cost, a few cannot (Michel et al. 2019). In the 2-layer induction model "
-         "one head finds the earlier copy of the current token and another copies what followed it (Olsson et "
-         "al. 2022); knock either out and the repeat is no longer predicted. The logit lens asks what the "
+         "most heads can go at little cost, a few cannot (Michel et al. 2019). In a 2-layer induction model "
+         "(Olsson et al. 2022) a previous-token head in layer 0 writes each token's predecessor into its "
+         "position, and induction heads in layer 1 use it to find the earlier occurrence of the current token "
+         "and copy what followed. In the *Induction heads* preset's run, knocking out the layer-0 "
+         "previous-token head costs many times more held-out loss than any other head; each layer-1 head alone "
+         "costs a fraction of that, as the two share the copying. The map on the left measures every head of "
+         "the model you picked. The logit lens asks what the "
          "model would answer if the stack stopped after a given layer: the residual stream read through the "
          "final norm and the output head.",
          r"\mathrm{head}_h \leftarrow 0 \;\text{or}\; \mathbb{E}_{\text{held-out}}[\mathrm{head}_h], \qquad "
          r"\Delta_h = \mathcal{L}_{\text{held-out}}(\text{without } h) - \mathcal{L}_{\text{held-out}}, \qquad "
          r"p^{(\ell)} = \mathrm{softmax}\big(\mathrm{LN}(h^{(\ell)})\, W_U\big)",
-         "Left: $\\Delta_h$ for every head of this model. Middle: the logit lens of the probe, one row per "
+         "Left: $\\Delta_h$ for every head of this model, on the run's own held-out set (the numbers of "
+         "Inspect's importance map and the preset's explanation). Middle: the logit lens of the probe, one row per "
          "layer. Right: the probe's answer intact and with the head that matters most knocked out. In Inspect, "
          "click a cell of the importance map to knock that head out and see the answer change; combine "
          "knockouts, skip a feed-forward layer or remove the positional encoding."),
