@@ -94,8 +94,12 @@ def test_head_name_counts_from_zero(kind, words):
 
 
 def test_no_sentence_adds_one_to_a_layer_or_head_index():
-    """An f-string naming a layer or head by an index plus 1 ("layer {best[0] + 1}") counts from 1."""
-    pattern = re.compile(r"(?i)(layer|head)s?[ ,:]*\{[^{}]*\+\s*1\s*\}")
-    found = [f"{p.relative_to(REPO)}:{i}: {line.strip()}" for folder in ("lab", "ui") for p in (REPO / folder).rglob("*.py")
-             for i, line in enumerate(p.read_text().splitlines(), 1) if pattern.search(line)]
+    """An f-string naming a layer or head by an index plus 1 ("layer {best[0] + 1}") counts from 1; and one form
+    names a head everywhere, "layer 0 head 1" (Inspect's row and column labels), not "layer 0, head 1"."""
+    plus_one = re.compile(r"(?i)(layer|head)s?[ ,:]*\{[^{}]*\+\s*1\s*\}")
+    comma = re.compile(r"(?i)layer (\d+|\{[^{}]*\}), head (\d+|\{)")
+    files = [p for folder in ("lab", "ui") for p in (REPO / folder).rglob("*.py")]
+    files += [REPO / "README.md", *(REPO / "docs").glob("*.md")]
+    found = [f"{p.relative_to(REPO)}:{i}: {line.strip()}" for p in files
+             for i, line in enumerate(p.read_text().splitlines(), 1) if plus_one.search(line) or comma.search(line)]
     assert not found, found

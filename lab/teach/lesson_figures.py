@@ -125,7 +125,7 @@ def qkv(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     fig, axes = _fig(3)
     lim = _symmetric(a.q[0], a.k[0], a.v[0])
     for ax, name, m in zip(axes, ("queries Q", "keys K", "values V"), (a.q[0], a.k[0], a.v[0])):
-        _heat(fig, ax, m, f"{name} (layer 0, head 0)", rows=a.labels, cmap="PuOr", vmin=-lim, vmax=lim)
+        _heat(fig, ax, m, f"{name} ({head_name(0, 0)})", rows=a.labels, cmap="PuOr", vmin=-lim, vmax=lim)
         ax.set_xlabel("d_k")
     return fig, (f"{len(a.labels)} tokens, each with a query, key and value of d_k = {a.q.shape[2]} numbers in each "
                  f"of {a.q.shape[0]} heads. Largest |entry|: Q {np.abs(a.q).max():.2f}, K {np.abs(a.k).max():.2f}, "

@@ -45,7 +45,7 @@ PAGES: tuple[Page, ...] = (
          "into $H$ heads of $d_k = d_{model}/H$ numbers.",
          r"Q = h\,W_Q, \qquad K = h\,W_K, \qquad V = h\,W_V, \qquad "
          r"W_Q, W_K, W_V \in \mathbb{R}^{d_{model} \times d_{model}}",
-         "Head 0 of the first layer for the probe input: one row per token, $d_k$ columns each. With RoPE, "
+         "Layer 0 head 0 (the first layer's first head) for the probe input: one row per token, $d_k$ columns each. With RoPE, "
          "$q$ and $k$ are shown after their rotation."),
     Page("scaling", "4 · Scaling by √d_k",
          "The score of query $i$ for key $j$ is a dot product, a sum of $d_k$ products. If the entries of $q$ "
@@ -56,7 +56,7 @@ PAGES: tuple[Page, ...] = (
          r"s_{ij} = \frac{q_i \cdot k_j}{\sqrt{d_k}}, \qquad "
          r"\mathrm{Var}(q_i \cdot k_j) = d_k \;\text{ for independent entries of mean 0, variance 1}",
          "Left: the spread of $q \\cdot k$ for random vectors, with and without the scaling (measured now). "
-         "Middle and right: this model's first-layer attention (head 0) as computed, and with the scaling "
+         "Middle and right: this model's attention in layer 0 head 0 as computed, and with the scaling "
          "removed: sharper, closer to one-hot."),
     Page("mask", "5 · The causal mask",
          "A decoder learns to predict token $t+1$ from the tokens up to $t$, all positions at once. So position "
@@ -74,7 +74,7 @@ PAGES: tuple[Page, ...] = (
          "exponential, a score larger by 1 gets $e \\approx 2.7$ times the weight. The output at position $i$ "
          "is the weighted average of the value vectors.",
          r"\alpha_{ij} = \frac{e^{s_{ij}}}{\sum_{j'} e^{s_{ij'}}}, \qquad o_i = \sum_j \alpha_{ij}\, v_j",
-         "One query (the last token of the probe, first layer, head 0): its scores, and the weights softmax "
+         "One query (the last token of the probe, layer 0 head 0): its scores, and the weights softmax "
          "makes of them. Masked keys get weight 0."),
     Page("heads", "7 · Multi-head attention",
          "Instead of one attention with $d_{model}$-wide queries, the model runs $H$ narrower ones side by "
