@@ -20,7 +20,8 @@ import time
 from typing import Any, NoReturn, Optional, Sequence, TextIO
 
 from lab import cli_probe, cli_publish, cli_sweep
-from lab.config import ConfigError, RunConfig, declared_fields
+from lab.config import TASK_NAMES, ConfigError, RunConfig, declared_fields
+from lab.derived import LENGTHS, N_CTX, default_lengths, resolve, stated_in
 from lab.fields import FieldInfo
 from lab.records import Record, StepRecord
 from lab.textdata import short_form
@@ -85,11 +86,26 @@ def add_config_flags(p: argparse.ArgumentParser) -> None:
     for flag, info in FIELDS.items():
         p.add_argument(flag, dest=info.key, type=_typed(info) if info.kind is not str else str, default=None,
                        metavar=info.name.upper(), help=f"{info.label_help} (allowed: {info.allowed()}; "
-                       f"default {info.default!r})".replace("%", "%%"))
+                       f"default {_default(info)})".replace("%", "%%"))
     p.add_argument("--config", help="a run config JSON file; flags override its values")
 
 
+def _default(info: FieldInfo) -> str:
+    """A flag's default in its help: derived ones say so (lab/derived.py)."""
+    if info.key == N_CTX:
+        return "derived from the task and --arch"
+    if info.key in LENGTHS:
+        own = [f"{t} {default_lengths(t)[LENGTHS.index(info.key)]}" for t in TASK_NAMES
+               if default_lengths(t) != default_lengths("")]
+        return f"{info.default!r}; {', '.join(own)}"
+    return repr(info.default)
+
+
 def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The config `train` and `sweep` run: the defaults, or a --config file, with the flags given on top.
+    Values nobody stated are derived as the app derives them (lab/derived.py): the training lengths from the
+    task (induction and text have their own), n_ctx from the task and the architecture. --n-ctx, --min-len
+    and --max-len, and a file's value other than the rule's, are kept as given (and validated)."""
     base = RunConfig()
     if args.config:
         try:
@@ -106,17 +122,18 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
             raise ConfigError("--config", f"{args.config!r} is not UTF-8 text (allowed: {_CONFIG_FILE})") from None
         except RecursionError:
             raise ConfigError("--config", f"{args.config!r} is nested too deeply (allowed: {_CONFIG_FILE})") from None
-    sections: dict[str, dict[str, Any]] = {"model": {}, "task": {}, "train": {}}
+    # stated: the flags given and what a --config file chose; the rest follows the one rule (lab/derived.py):
+    # lengths from the task, n_ctx from the task and the architecture
+    stated = set(stated_in(base)) if args.config else set()
+    data = base.to_dict()
     for info in FIELDS.values():
         value = getattr(args, info.key)
         if value is not None:
-            sections[info.section][info.name] = value
-    data = base.to_dict()
-    for sec, values in sections.items():
-        data[sec].update(values)
+            data[info.section][info.name] = value
+            stated.add(info.key)
     if getattr(args, "name", None) is not None:
         data["name"] = args.name
-    return RunConfig.from_dict(data)
+    return resolve(data, stated)
 
 
 class Progress:
@@ -263,7 +280,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return commands[args.cmd](args)
     except ConfigError as exc:
         flag = FIELD_TO_FLAG.get(exc.field)
-        sys.stderr.write(f"lab: error: {exc}{f' (flag {flag})' if flag else ''}\n")
+        where = f" ({FIELDS[flag].spec.label}, flag {flag})" if flag else ""
+        sys.stderr.write(f"lab: error: {exc}{where}\n")
         return 2
     except (ValueError, FileNotFoundError) as exc:
         sys.stderr.write(f"lab: error: {' '.join(str(exc).split())}\n")

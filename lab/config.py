@@ -127,7 +127,8 @@ class ModelConfig:
     dropout: float = knob(0.0, label="Dropout", help="Randomly zeroes activations while training; 0 is best for "
                           "toy tasks.", lo=0.0, hi=0.9, widget=_slider(0.0, 0.5, 0.05))
     n_ctx: int = knob(128, label="Context length", help="Longest sequence the model accepts (the size of a learned "
-                      "PE table); the app sizes it to the task.", lo=1, hi=8192, url=None)
+                      "PE table); unless given, the task's longest sequence, at least 8 (lab/derived.py).", lo=1,
+                      hi=8192, url=None)
 
     def __post_init__(self) -> None:
         validate(self)

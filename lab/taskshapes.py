@@ -42,6 +42,8 @@ class TaskShape:
     lm = False  # language-model tasks score positions of one sequence (decoder only)
     has_ood = True  # does a longer-than-training evaluation make sense?
     headline: tuple[str, ...] = ("exact_match", "token_acc", "loss")  # see headline_metrics
+    # training lengths (min_len, max_len) a config of this task starts from; None: the fields' defaults (1, 8)
+    default_lengths: Optional[tuple[int, int]] = None
 
     def n_symbols(self, cfg: TaskConfig) -> int:
         return cfg.n_symbols
@@ -176,6 +178,7 @@ class Induction(TaskShape):
     name, description = "induction", "Continue a repeated random segment (needs an induction head)."
     lm = True
     headline = ("loss", "predictable_acc")  # exact-match needs the unpredictable first repeated token too
+    default_lengths = (8, 16)  # the fields' 1-8 is too short: a repeat needs room (min_len >= 4)
 
     def check(self, cfg, arch):
         if arch != "decoder":
@@ -207,6 +210,8 @@ class Text(TaskShape):
     lm = True
     has_ood = False
     headline = ("loss",)  # against loss_baselines: no window of a real text is predicted exactly
+    default_lengths = (16, 16)  # windows of 16 characters: at least 2, and within the held-out tenth of any
+    # valid text (200 characters or more: 20 held out)
 
     def chars(self, cfg: TaskConfig) -> tuple[str, ...]:
         """The vocabulary: token id i is the character `chars(cfg)[i]`."""

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from lab.config import RunConfig
+from lab.derived import derived_n_ctx
 from lab.engine.record import summary_of
 from lab.teach.attention_measures import previous_token_share
 from lab.teach.presets import LN_RUNS, METRICS, PES, PRESETS, SEEDS, Preset
@@ -39,7 +40,8 @@ def test_preset_is_well_formed(key):
         assert isinstance(cfg, RunConfig)
         assert RunConfig.from_json(cfg.to_json()) == cfg  # valid, shareable as JSON
         needed = get_task(cfg.task.name).max_seq_len(cfg.task, cfg.model.arch)
-        assert cfg.model.n_ctx == needed  # fits the longest evaluated sequence, no wasted PE rows
+        assert cfg.model.n_ctx == derived_n_ctx(cfg.task, cfg.model.arch)  # the app's and the CLI's rule
+        assert cfg.model.n_ctx == needed or (cfg.model.pos != "learned" and needed < cfg.model.n_ctx == 8)
         assert 15 <= cfg.train.steps / cfg.train.eval_every <= 25  # about 20 points per curve
     if len(p.runs) > 1:  # a comparison varies something other than the label
         assert len({replace(c, name="").to_json() for c in p.runs}) == len(p.runs)

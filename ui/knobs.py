@@ -4,8 +4,8 @@ Each knob is a config field declared in lab/config.py with its widget, label, on
 URL key; this module only turns those declarations into gradio widgets. Every config field a run's result depends on is a knob (the
 rarely changed ones are `advanced`, in a closed accordion), so a link or a JSON file carries the
 whole experiment. Not knobs: n_ctx (derived from the task so that the longest sequence, evaluation
-beyond training included, always fits), and where the run trains (device, threads: the server's
-choice).
+beyond training included, always fits: lab/derived.py), and where the run trains (device, threads: the
+server's choice).
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from urllib.parse import urlencode
 
 import gradio as gr
 
-from lab.config import ARCHS, ConfigError, ModelConfig, RunConfig, TaskConfig, declared_fields
+from lab.config import ConfigError, RunConfig, declared_fields
+from lab.derived import resolve
 from lab.fields import FieldInfo, shown
-from lab.taskshapes import task_shape
 
 
 _MAKERS: dict[str, Callable[..., gr.components.Component]] = {
@@ -117,7 +117,8 @@ def _as_kind(knob: Knob, value: Any) -> Any:
 
 
 def config_from_values(values: dict[str, Any], base: Optional[RunConfig] = None) -> RunConfig:
-    """Knob values (by key) -> a validated RunConfig; n_ctx sized to the task's longest sequence. A knob
+    """Knob values (by key) -> a validated RunConfig; n_ctx derived (lab/derived.py: the task's longest
+    sequence, as the command line, the grid and the presets derive it). Task errors come first. A knob
     shown only for another knob's value (the text box, for task text) keeps its default otherwise: a
     hidden box's text does not travel with a run of another task."""
     data = (base or RunConfig()).to_dict()
@@ -130,13 +131,7 @@ def config_from_values(values: dict[str, Any], base: Optional[RunConfig] = None)
         if not knob.applies(current):
             sec, name = knob.key.split(".")
             data[sec][name] = knob.default()
-    TaskConfig(**{k: v for k, v in data["task"].items()})  # task errors first, with their own field
-    arch = data["model"]["arch"]
-    if arch not in ARCHS:
-        ModelConfig(arch=arch)  # raises with the allowed values
-    task = task_shape(data["task"]["name"])
-    data["model"]["n_ctx"] = max(8, task.max_seq_len(TaskConfig(**data["task"]), arch))
-    return RunConfig.from_dict(data)
+    return resolve(data)  # every knob as given; n_ctx by the one rule (lab/derived.py)
 
 
 def values_from_config(cfg: RunConfig) -> dict[str, Any]:

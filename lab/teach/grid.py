@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import pandas as pd
 
 from lab.config import ConfigError, RunConfig, declared_fields
+from lab.derived import resolve, stated_in
 
 MAX_RUNS = 32  # one grid launches at most this many runs from the app
 MAX_AXES = 3
@@ -114,13 +115,14 @@ def run_name(combo: Sequence[tuple[str, Any]]) -> str:
 
 
 def _with(base: RunConfig, combo: Sequence[tuple[str, Any]]) -> RunConfig:
-    parts = {"model": base.model, "train": base.train}
-    changes: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
+    """`base` with the combination's values, named by them; what the base did not state (its n_ctx, when the
+    rule gave it) is derived again for the new values, as the app and the command line derive it."""
+    data = base.to_dict()
     for axis, value in combo:
         sec, name = AXES[axis].field.split(".")
-        changes[sec][name] = value
-    model = replace(parts["model"], **changes["model"])  # validates the model section
-    return replace(base, model=model, train=replace(parts["train"], **changes["train"]), name=run_name(combo))
+        data[sec][name] = value
+    data["name"] = run_name(combo)
+    return resolve(data, stated_in(base))
 
 
 def build_grid(base: RunConfig, axes: Sequence[tuple[str, Any]], max_runs: int = MAX_RUNS,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from lab.derived import run_config  # n_ctx: the task's longest sequence, as the app and the CLI derive it
 from lab.teach.attention_measures import anti_diagonal_words, knockout_sentence
 from lab.views.probing import measured_on
 
@@ -91,8 +92,8 @@ def _variant(base: RunConfig, name: str, model: Optional[dict] = None, task: Opt
 
 
 # ---- Hello, sort (minGPT's demo) --------------------------------------------------------------------
-SORT = RunConfig(
-    model=ModelConfig(n_layers=3, n_heads=3, d_model=48, d_ff=192, norm="pre", pos="learned", n_ctx=24),
+SORT = run_config(
+    model=ModelConfig(n_layers=3, n_heads=3, d_model=48, d_ff=192, norm="pre", pos="learned"),
     task=TaskConfig(name="sort", min_len=6, max_len=6, n_symbols=3),
     train=TrainConfig(steps=500, batch_size=64, lr=5e-4, warmup=0, schedule="constant", weight_decay=0.1,
                       beta1=0.9, beta2=0.95, grad_clip=1.0, eval_every=25),
@@ -117,8 +118,8 @@ def _explain_sort(r: Results) -> str:
 # the circuit alone (with 64-512 symbols the two layer-0 heads often share it): knocking it out raises the
 # held-out loss 14x to 22x as much as the median head in each of seeds 0-9 (docs/SCIENCE.md; asserted at the
 # preset's seed, 0, in tests/test_presets.py).
-INDUCTION = RunConfig(
-    model=ModelConfig(n_layers=2, n_heads=2, d_model=64, d_ff=0, norm="pre", pos="learned", n_ctx=47),
+INDUCTION = run_config(
+    model=ModelConfig(n_layers=2, n_heads=2, d_model=64, d_ff=0, norm="pre", pos="learned"),
     task=TaskConfig(name="induction", min_len=24, max_len=24, n_symbols=1000),
     train=TrainConfig(steps=800, batch_size=64, lr=3e-3, warmup=30, schedule="constant", eval_every=50),
 )
@@ -145,8 +146,8 @@ def _explain_induction(r: Results) -> str:
 
 
 # ---- Pre-LN vs post-LN ---------------------------------------------------------------------------
-LN = RunConfig(
-    model=ModelConfig(n_layers=4, n_heads=4, d_model=128, d_ff=512, norm="pre", pos="learned", n_ctx=26),
+LN = run_config(
+    model=ModelConfig(n_layers=4, n_heads=4, d_model=128, d_ff=512, norm="pre", pos="learned"),
     task=TaskConfig(name="sort", min_len=12, max_len=12, n_symbols=10, ood_len=13),
     train=TrainConfig(steps=300, batch_size=64, lr=1e-2, warmup=0, schedule="cosine", eval_every=15,
                       eval_samples=256),
@@ -172,8 +173,8 @@ def _explain_ln(r: Results) -> str:
 
 
 # ---- Train short, test long ----------------------------------------------------------------------
-SHORT_LONG = RunConfig(
-    model=ModelConfig(n_layers=2, n_heads=4, d_model=64, d_ff=0, norm="pre", pos="alibi", n_ctx=127),
+SHORT_LONG = run_config(
+    model=ModelConfig(n_layers=2, n_heads=4, d_model=64, d_ff=0, norm="pre", pos="alibi"),
     task=TaskConfig(name="induction", min_len=32, max_len=32, n_symbols=64, ood_len=128),
     train=TrainConfig(steps=1000, batch_size=64, lr=1e-3, warmup=50, schedule="constant", eval_every=50),
 )
@@ -199,8 +200,8 @@ def _explain_short_long(r: Results) -> str:
 
 
 # ---- Positions beyond training (an exploration) --------------------------------------------------
-BEYOND = RunConfig(
-    model=ModelConfig(n_layers=2, n_heads=4, d_model=64, d_ff=256, norm="pre", pos="rope", n_ctx=48),
+BEYOND = run_config(
+    model=ModelConfig(n_layers=2, n_heads=4, d_model=64, d_ff=256, norm="pre", pos="rope"),
     task=TaskConfig(name="reverse", min_len=1, max_len=16, ood_len=24),
     train=TrainConfig(steps=800, batch_size=64, lr=3e-3, eval_every=40, eval_samples=256),
 )
@@ -228,9 +229,9 @@ def _explain_beyond(r: Results) -> str:
 
 
 # ---- Original encoder-decoder --------------------------------------------------------------------
-ENCDEC = RunConfig(
+ENCDEC = run_config(
     model=ModelConfig(arch="encoder-decoder", n_layers=2, n_heads=4, d_model=64, d_ff=256, norm="pre",
-                      pos="sinusoidal", n_ctx=16),
+                      pos="sinusoidal"),
     task=TaskConfig(name="reverse", min_len=1, max_len=8),
     train=TrainConfig(steps=1000, batch_size=64, lr=3e-3, eval_every=50),
     name="encoder-decoder",
@@ -250,9 +251,9 @@ def _explain_encdec(r: Results) -> str:
 
 
 # ---- Grokking ------------------------------------------------------------------------------------
-GROK = RunConfig(
+GROK = run_config(
     model=ModelConfig(n_layers=1, n_heads=4, d_model=128, d_ff=512, norm="none", pos="none",
-                      activation="relu", n_ctx=3),
+                      activation="relu"),
     task=TaskConfig(name="modular_addition", modulus=97, train_fraction=0.4),
     train=TrainConfig(steps=2200, batch_size=512, lr=3e-3, warmup=10, schedule="constant", weight_decay=1.0,
                       beta1=0.9, beta2=0.98, eval_every=110),
