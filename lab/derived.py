@@ -11,7 +11,8 @@ wherever they are set.
   before this rule (links do not carry n_ctx) still rebuilds the same run.
 - task.min_len / task.max_len (the training lengths) start from the task's own defaults (induction 8-16,
   text 16: lab/taskshapes.py) or else the fields' (1-8); one length stated alone moves the other default
-  only as far as it must (`--max-len 6` for induction: 6-6).
+  only as far as it must (`--max-len 6` for induction: 6-6). In the app, picking a task sets its lengths
+  unless the user's own work for it (`lengths_on_choosing`).
 
 A value the user states is kept as stated, and validated like any other: the command line's --n-ctx,
 --min-len and --max-len, and in a --config file a value other than the rule's for that file's own knobs
@@ -110,6 +111,24 @@ def run_config(model: ModelConfig, task: TaskConfig, train: TrainConfig = TrainC
     every other value as given."""
     return RunConfig(model=dataclasses.replace(model, n_ctx=derived_n_ctx(task, model.arch)), task=task,
                      train=train, name=name)
+
+
+def lengths_on_choosing(name: str, min_len: Any, max_len: Any, text: str = "") -> tuple[int, int]:
+    """The training lengths once the user chooses task `name` in the app, with `min_len`-`max_len` on screen:
+    kept if the user set them (they are not some task's defaults) and they work for `name`; otherwise
+    `name`'s defaults. So picking text or induction never leaves lengths they refuse, and a reverse run's
+    lengths do not stay at text's 16 when the user goes back."""
+    if name not in TASK_NAMES:
+        return min_len, max_len
+    ours = default_lengths(name)
+    if (min_len, max_len) in {default_lengths(t) for t in TASK_NAMES}:
+        return ours
+    try:
+        task = TaskConfig(name=name, min_len=min_len, max_len=max_len, text=text if isinstance(text, str) else "")
+        task_shape(name).check(task, "decoder")  # the lengths' rules (the architecture is not this choice's)
+    except ConfigError:
+        return ours
+    return min_len, max_len
 
 
 def _all_keys() -> tuple[str, ...]:

@@ -44,6 +44,8 @@ class TaskShape:
     headline: tuple[str, ...] = ("exact_match", "token_acc", "loss")  # see headline_metrics
     # training lengths (min_len, max_len) a config of this task starts from; None: the fields' defaults (1, 8)
     default_lengths: Optional[tuple[int, int]] = None
+    # the task config fields (besides name) this task reads; the app hides the others while it is chosen
+    reads: frozenset[str] = frozenset({"min_len", "max_len", "ood_len", "n_symbols"})
 
     def n_symbols(self, cfg: TaskConfig) -> int:
         return cfg.n_symbols
@@ -109,6 +111,7 @@ class Addition(TaskShape):
     """a + b with `length` digits each; answer digits reversed, least significant first (minGPT adder)."""
 
     name, description = "addition", "Add two numbers; the answer is written least-significant digit first."
+    reads = frozenset({"min_len", "max_len", "ood_len"})  # digits and '+': no alphabet size
 
     def n_symbols(self, cfg):
         return 11  # digits and '+'
@@ -129,6 +132,7 @@ class ModularAddition(TaskShape):
     name, description = "modular_addition", "Compute (a + b) mod p; most pairs are held out (grokking)."
     has_ood = False
     headline = ("exact_match", "loss")  # one answer token: token accuracy is exact-match
+    reads = frozenset({"modulus", "train_fraction"})  # always `a b =`: no lengths, the alphabet is 0..p-1
 
     def n_symbols(self, cfg):
         return cfg.modulus
@@ -149,6 +153,7 @@ class ModularAddition(TaskShape):
 class Parity(TaskShape):
     name, description = "parity", "Is the number of 1s odd? One answer token."
     headline = ("exact_match", "loss")
+    reads = frozenset({"min_len", "max_len", "ood_len"})  # bits: no alphabet size
 
     def n_symbols(self, cfg):
         return 2
@@ -212,6 +217,7 @@ class Text(TaskShape):
     headline = ("loss",)  # against loss_baselines: no window of a real text is predicted exactly
     default_lengths = (16, 16)  # windows of 16 characters: at least 2, and within the held-out tenth of any
     # valid text (200 characters or more: 20 held out)
+    reads = frozenset({"min_len", "max_len", "text"})  # its alphabet is the text's characters
 
     def chars(self, cfg: TaskConfig) -> tuple[str, ...]:
         """The vocabulary: token id i is the character `chars(cfg)[i]`."""

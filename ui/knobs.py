@@ -5,7 +5,8 @@ URL key; this module only turns those declarations into gradio widgets. Every co
 rarely changed ones are `advanced`, in a closed accordion), so a link or a JSON file carries the
 whole experiment. Not knobs: n_ctx (derived from the task so that the longest sequence, evaluation
 beyond training included, always fits: lab/derived.py), and where the run trains (device, threads: the
-server's choice).
+server's choice). A task knob the chosen task does not read (the alphabet size for text, the lengths for
+modular_addition) is hidden while that task is chosen (`Knob.means_something`).
 """
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from urllib.parse import urlencode
 import gradio as gr
 
 from lab.config import ConfigError, RunConfig, declared_fields
-from lab.derived import resolve
+from lab.derived import lengths_on_choosing, resolve
 from lab.fields import FieldInfo, shown
+from lab.taskshapes import SHAPES
 
 
 _MAKERS: dict[str, Callable[..., gr.components.Component]] = {
@@ -58,6 +60,12 @@ class Knob:
         other, wanted = self.when
         return values.get(other, BY_KEY[other].default()) == wanted
 
+    def means_something(self, task: Any) -> bool:
+        """Whether the knob is read when task `task` is chosen (lab/taskshapes.py `reads`); every knob
+        outside the task section, and every knob for an unknown task, is."""
+        sec, name = self.key.split(".")
+        return sec != "task" or name == "name" or task not in SHAPES or name in SHAPES[task].reads
+
     def make(self, **kw: Any) -> gr.components.Component:
         """The widget (rendered where it is called inside a Blocks context)."""
         w = self.field.spec.widget
@@ -72,8 +80,9 @@ class Knob:
             kw.update({k: v for k, v in (("minimum", w.lo), ("maximum", w.hi)) if v is not None})
             if self.kind is int:
                 kw["precision"] = 0
-        if self.when is not None:
-            kw.setdefault("visible", self.applies({}))
+        task = BY_KEY["task.name"].default()
+        if self.when is not None or not self.means_something(task):
+            kw.setdefault("visible", self.applies({}) and self.means_something(task))
         return _MAKERS[w.kind](**kw)
 
 
@@ -132,6 +141,38 @@ def config_from_values(values: dict[str, Any], base: Optional[RunConfig] = None)
             sec, name = knob.key.split(".")
             data[sec][name] = knob.default()
     return resolve(data)  # every knob as given; n_ctx by the one rule (lab/derived.py)
+
+
+# The task knobs whose visibility follows the chosen task (the text box has its own rule: ui/textfile.py)
+TASK_SHOWN = tuple(k for k in KNOBS if k.key.startswith("task.") and k.key != "task.name" and k.when is None)
+LENGTH_KEYS = ("task.min_len", "task.max_len")
+
+
+def shown_for_task(task: Any) -> list[dict[str, Any]]:
+    """Updates of the TASK_SHOWN widgets when `task` is chosen: visible only if the task reads them."""
+    return [gr.update(visible=k.means_something(task)) for k in TASK_SHOWN]
+
+
+def lengths_for_task(task: Any, min_len: Any, max_len: Any, text: Any = "") -> tuple[Any, Any]:
+    """The length sliders' values after the user picks `task` (lab/derived.py `lengths_on_choosing`): the
+    task's defaults unless the user's own lengths work for it, so Start is never refused for them."""
+    try:
+        lo, hi = (_as_kind(BY_KEY[k], v) for k, v in zip(LENGTH_KEYS, (min_len, max_len)))
+    except ConfigError:
+        lo = hi = None  # an empty or broken slider: the task's defaults
+    return lengths_on_choosing(task, lo, hi, text if isinstance(text, str) else "")
+
+
+def wire_task_choice(widgets: dict[str, gr.components.Component]) -> None:
+    """Choosing a task hides the task knobs it does not read and, when the user picks it, sets lengths it
+    accepts. Visibility follows every change of the task (a link or an uploaded config sets it too); the
+    lengths only the user's own pick (`.input`): a link's or a file's lengths stay as they were set."""
+    task = widgets["task.name"]
+    task.change(shown_for_task, inputs=task, outputs=[widgets[k.key] for k in TASK_SHOWN], api_name="show_task_knobs",
+                queue=False, show_progress="hidden", preprocess=False)
+    task.input(lambda *a: list(lengths_for_task(*a)), inputs=[task, *(widgets[k] for k in LENGTH_KEYS),
+               widgets["task.text"]], outputs=[widgets[k] for k in LENGTH_KEYS], api_name="task_lengths", queue=False,
+               show_progress="hidden", preprocess=False)
 
 
 def values_from_config(cfg: RunConfig) -> dict[str, Any]:

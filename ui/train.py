@@ -25,7 +25,7 @@ from ui.common import (TERMINAL, AppContext, acting_owner, curve, errors_as_mess
                        with_api_params, with_series)
 from ui.gpu import gpu_available, stop_gpu_run, wire_gpu_button
 from ui.grid import GridPanel, axis_choices, build_grid_panel
-from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, values_from_query
+from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, values_from_query, wire_task_choice
 from ui.live import FrameCache, Seen, answer
 from ui.share import build_share_panel
 from ui.textfile import build_text_upload
@@ -174,6 +174,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
         # after it shows the wrong label
         seen = gr.State({})  # what this page's last poll sent (ui/live.py)
     inputs = [widgets[k] for k in KNOB_KEYS]
+    wire_task_choice(widgets)
 
     names = [k.url_key for k in KNOBS]
     # preprocess=False on every event that reads the knobs: the widgets' own checks (slider bounds, dropdown
