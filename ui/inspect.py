@@ -67,7 +67,10 @@ def step_slider(ctx: AppContext, run_id: Optional[str], at: Optional[int] = None
     if not steps:
         return gr.Slider(minimum=0, maximum=1, value=0, step=1, interactive=False,
                          label="Training step (no attention snapshots saved yet)")
-    gap = steps[1] - steps[0] if len(steps) > 1 else 1
+    if len(steps) == 1:  # nothing to move between (and a slider needs minimum < maximum)
+        return gr.Slider(minimum=0, maximum=max(steps[0], 1), value=steps[0], step=1, interactive=False,
+                         label=f"Training step (1 snapshot: {steps[0]})")
+    gap = steps[1] - steps[0]
     return gr.Slider(minimum=steps[0], maximum=steps[-1], value=steps[-1] if at is None else at, step=max(gap, 1),
                      interactive=True, label=f"Training step ({len(steps)} snapshots: {', '.join(map(str, steps))})")
 
@@ -76,7 +79,8 @@ def final_slider(ctx: AppContext, run_id: str) -> gr.Slider:
     """The slider while a typed input is shown: disabled at the step the final weights come from."""
     steps = ctx.store.snapshot_steps(run_id)
     final = int((ctx.store.summary(run_id) or {}).get("steps") or (steps[-1] if steps else 0))
-    return gr.Slider(minimum=min(steps[0], final) if steps else 0, maximum=max([final, 1, *steps[-1:]]), value=final,
+    top = max([final, 1, *steps[-1:]])
+    return gr.Slider(minimum=min(steps[0], final, top - 1) if steps else 0, maximum=top, value=final,
                      interactive=False, label=f"Training step: final weights (step {final}), used by a typed input")
 
 

@@ -14,11 +14,14 @@ part shows is in ui/intervene_parts.py; the API's endpoints (`/answer`, `/interv
 """
 from __future__ import annotations
 
+import math
 import random
 from typing import Any, Optional
 
 import gradio as gr
 
+from lab.config import ConfigError, RunConfig
+from lab.model import Transformer
 from lab.views.probe_plots import head_at
 from ui.common import AppContext, errors_as_messages, with_api_params
 from ui.intervene_parts import (API, KINDS, MAX_TEXT, MODES, POSITIONAL, SEE_NOTE, MapCache, ablated_parts,
@@ -29,6 +32,7 @@ TRIGGERS = ("run", "source", "text", "step", "apply", "reset", "importance", "ce
 WEIGHTS_NOTE = ("Final weights (step {step}): the answer, interventions, head importance and logit lens use the "
                 "run's final weights. Move the Training step slider (sampled probe) to use the weights kept with "
                 "an earlier attention snapshot.")
+MAX_SEED = 2**32 - 1  # the Sample seed box's largest value; a seed drawn for a click is below 1,000,000 (short to type)
 STEP_NOTE = ("Weights at step {step} (kept with the attention snapshot, in float16): the answer, interventions, "
              "head importance and logit lens use the model as it was then.")
 
@@ -49,14 +53,49 @@ def cell_action(evt: gr.SelectData) -> Any:
     return f"cell {random.random()}\n{row[0]}\nhead {int(index[1]) - 1}"
 
 
+def sample_seed(seed: Any) -> Optional[int]:
+    """The Sample seed box's value: None when empty (a new sample each click), else a whole number from 0 to
+    MAX_SEED; ConfigError naming the box for anything else."""
+    if seed is None or (isinstance(seed, str) and not seed.strip()):
+        return None
+    try:
+        value = float(seed)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value.is_integer() and 0 <= value <= MAX_SEED):
+        raise ConfigError("Sample seed", f"{seed!r} (allowed: a whole number from 0 to {MAX_SEED}, or empty for a "
+                                         "new sample each click)")
+    return int(value)
+
+
+def sample_parts(cfg: RunConfig, model: Transformer, prompt: Any, temperature: Any, n_tokens: Any,
+                 seed: Any) -> dict[str, Any]:
+    """Generate's sample and the note beside it: with the Sample seed box empty, a new seed each click (the
+    note names it, so the sample can be had again); with a seed, that seed's sample. Temperature 0 is greedy:
+    the same answer on every click, whatever the seed."""
+    chosen = sample_seed(seed)
+    used = random.randrange(1_000_000) if chosen is None else chosen
+    text = generated_text(cfg, model, prompt, temperature, n_tokens, used)  # checks the prompt and the sliders
+    if float(temperature) == 0:
+        note = ("Greedy (temperature 0): the most likely token at each step, the same on every click; no seed "
+                "is used.")
+    elif chosen is None:
+        note = (f"Sampled at temperature {float(temperature):g} with seed **{used}**: type it into Sample seed to "
+                "get this sample again; leave the box empty for a new sample each click.")
+    else:
+        note = (f"Sampled at temperature {float(temperature):g} with seed **{used}** (from Sample seed): the same "
+                "sample on every click; empty the box for a new one each click.")
+    return {"gen_out": text, "gen_note": note}
+
+
 def panel_update(ctx: AppContext, cache: MapCache, trigger: str, shown: Any, run_id: Any, source: Any, text: Any,
                  heads: Any = (), mode: Any = "zero", skip_ff: Any = (), skip_block: Any = (),
                  positional: Any = "intact", prompt: Any = "", temperature: Any = 0.0, n_tokens: Any = 20,
-                 cell: Optional[tuple[str, str]] = None, step: Any = None) -> dict[str, Any]:
+                 cell: Optional[tuple[str, str]] = None, step: Any = None, seed: Any = None) -> dict[str, Any]:
     """What the page shows after `trigger` ("run", "source", "text", "apply", "reset", "importance", "cell",
     "generate"): output name -> value, for the outputs that change. `shown` is what the panels show
     ("run id, source, text, step"); a run other than the shown one resets every panel and control first.
-    `step` is the Training step slider's value."""
+    `step` is the Training step slider's value; `seed` the Sample seed box's (empty: a new sample)."""
     if not run_id:
         return cleared(None) | {"shown": ""}
     ctx.store.path(run_id)  # RunIdError: not a run id
@@ -102,7 +141,7 @@ def panel_update(ctx: AppContext, cache: MapCache, trigger: str, shown: Any, run
         out |= importance_parts(cfg, model, compute_maps(ctx, cache, run_id, cfg, model, step,
                                                          "zero" if fresh else mode), step)
     elif trigger == "generate":
-        out["gen_out"] = generated_text(cfg, model, prompt, temperature, n_tokens)
+        out |= sample_parts(cfg, model, prompt, temperature, n_tokens, seed)
     return out
 
 
@@ -127,9 +166,12 @@ def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, t
                                     elem_id="generate-temperature")
             n_tokens = gr.Slider(1, 200, value=20, step=1, label="Tokens to generate", min_width=200,
                                  elem_id="generate-n")
+            seed = gr.Number(None, label="Sample seed", precision=0, minimum=0, min_width=140, elem_id="generate-seed",
+                             info="empty: a new sample each click")
             gen_btn = gr.Button("Generate", min_width=120, elem_id="generate-btn")
         c["gen_out"] = gr.Textbox(label="Generated (after the prompt)", interactive=False, lines=2,
                                   elem_id="generate-output")
+        c["gen_note"] = gr.Markdown(elem_id="generate-seed-note")  # the seed used, to get the sample again
     gr.Markdown("### Interventions\nCompose them, then **Apply**. They act on the weights named above, at "
                 "inference (hooks on the model; the stored weights never change).")
     with gr.Row():
@@ -164,10 +206,11 @@ def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, t
 
     @errors_as_messages
     def update(action: Any, shown: Any, run_id: Any, source: Any, text: Any, heads: Any, mode: Any, skip_ff: Any,
-               skip_block: Any, positional: Any, prompt: Any, temperature: Any, n_tokens: Any, step: Any):
+               skip_block: Any, positional: Any, prompt: Any, temperature: Any, n_tokens: Any, step: Any,
+               seed: Any = None):
         trigger, cell = parse_action(action)
         out = panel_update(ctx, cache, trigger, shown, run_id, source, text, heads, mode, skip_ff, skip_block,
-                           positional, prompt, temperature, n_tokens, cell, step)
+                           positional, prompt, temperature, n_tokens, cell, step, seed)
         return {c[k]: v for k, v in out.items()}
 
     # Every trigger writes its action into one box (in the browser, at once), and one event draws from it, so
@@ -180,7 +223,7 @@ def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, t
         gr.on([trigger], None, None, c["action"], js=f"() => '{name} ' + Math.random()", api_name=f"action_{name}")
     c["grid"].select(cell_action, None, c["action"], api_name="importance_cell", show_progress="hidden")
     inputs = [c["action"], c["shown"], run, source, text, c["heads"], c["mode"], c["skip_ff"], c["skip_block"],
-              c["positional"], prompt, temperature, n_tokens, step]
+              c["positional"], prompt, temperature, n_tokens, step, seed]
     # preprocess=False: the checks name the field
     c["action"].change(update, inputs=inputs, outputs=list(c.values()), api_name="intervene_view",
                        trigger_mode="always_last", preprocess=False,

@@ -185,9 +185,10 @@ def compute_maps(ctx: AppContext, cache: MapCache, run_id: str, cfg: RunConfig, 
     return maps
 
 
-def generated_text(cfg: RunConfig, model: Transformer, prompt: Any, temperature: Any, n_tokens: Any) -> str:
+def generated_text(cfg: RunConfig, model: Transformer, prompt: Any, temperature: Any, n_tokens: Any,
+                   seed: int = 0) -> str:
     """The tokens a decoder run writes after `prompt` (its task's input up to the separator, or a language
-    model's sequence), as labels."""
+    model's sequence), as labels; sampled with `seed` (unused at temperature 0: greedy)."""
     try:
         temp, n = float(temperature), float(n_tokens)
     except (TypeError, ValueError):
@@ -202,7 +203,7 @@ def generated_text(cfg: RunConfig, model: Transformer, prompt: Any, temperature:
         tokens = generation_prompt(cfg, prompt)  # (1, T)
     except ConfigError as exc:
         raise ConfigError("Prompt", str(exc).split(": ", 1)[-1]) from None
-    return tokens_text(cfg, generate(model, cfg, tokens, int(n), temp))
+    return tokens_text(cfg, generate(model, cfg, tokens, int(n), temp, seed))
 
 
 def controls(cfg: Optional[RunConfig]) -> dict[str, Any]:
@@ -227,7 +228,8 @@ def cleared(cfg: Optional[RunConfig], note: str = "") -> dict[str, Any]:
     """Every panel empty, the controls built for `cfg`'s run."""
     return controls(cfg) | cleared_ablated() | {
         "weights_note": note, "answer": table(), "answer_note": "", "metrics": table(), "applied_note": "",
-        "grid": table(), "grid_note": "", "lens": gr.Plot(None, visible=False), "lens_note": "", "gen_out": ""}
+        "grid": table(), "grid_note": "", "lens": gr.Plot(None, visible=False), "lens_note": "", "gen_out": "",
+        "gen_note": ""}
 
 
 def page_probe(cfg: RunConfig, source: Any, text: Any) -> Optional[ProbeInput]:
