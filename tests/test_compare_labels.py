@@ -127,11 +127,11 @@ def test_the_train_loss_is_smoothed_by_default_and_held_out_curves_never():
     loss = 2.5 * np.exp(-steps / 100) + rng.normal(0, 0.3, len(steps)).clip(-0.5)  # batches of varying length
     metrics = pd.DataFrame({"kind": "train", "step": steps, "loss": loss, "elapsed_s": steps / 10.0,
                             "tokens": steps * 100})
-    raw, smooth = curve(metrics, "train loss"), curve(metrics, "train loss", smoothing=SMOOTHING)
+    raw, smooth = curve(metrics, "train loss (batch)"), curve(metrics, "train loss (batch)", smoothing=SMOOTHING)
     assert SMOOTHING >= 0.8
     assert smooth["value"].diff().std() < 0.2 * raw["value"].diff().std()  # not a wall of noise
     evals = metrics.iloc[::50].assign(kind="eval")
-    np.testing.assert_array_equal(curve(evals, "eval loss", smoothing=SMOOTHING)["value"], evals["loss"])
+    np.testing.assert_array_equal(curve(evals, "held-out loss", smoothing=SMOOTHING)["value"], evals["loss"])
 
     with gr.Blocks():
         tab = build_compare_tab(AppContext(store=None, jobs=None))  # the widgets only: nothing is read

@@ -124,7 +124,7 @@ def grid_store(tmp_path_factory):
 
 def test_group_frames_on_real_runs(grid_store):
     ctx, ids = grid_store
-    bands, table = group_frames(ctx, ids, "eval loss", "step", 0.0)
+    bands, table = group_frames(ctx, ids, "held-out loss", "step", 0.0)
     assert list(table["group"]) == ["rope (2 seeds)", "alibi (2 seeds)"]
     assert list(table["runs"]) == [2, 2] and list(table["seeds"]) == ["1, 2", "1, 2"]
     assert list(table["finished"]) == [2, 2]
@@ -140,7 +140,7 @@ def test_group_frames_on_real_runs(grid_store):
         assert table.set_index("group").loc[group, "exact-match"] == (
             f"{np.mean(finals):.3f} [{min(finals):.3f}, {max(finals):.3f}]")
     # time on the x-axis: runs differ in time, so x is their mean at each step
-    tb, _ = group_frames(ctx, ids[:2], "train loss", "time (s)", 0.0)
+    tb, _ = group_frames(ctx, ids[:2], "train loss (batch)", "time (s)", 0.0)
     times = [ctx.store.metrics(r).query("kind == 'train'").set_index("step")["elapsed_s"] for r in ids[:2]]
     np.testing.assert_allclose(tb["x"], pd.concat(times, axis=1, join="inner").mean(axis=1))
 
@@ -158,12 +158,12 @@ def test_the_live_timer_stays_on_when_a_run_finishes_while_a_tick_reads_it(grid_
         return read(run_id)
 
     monkeypatch.setattr(ctx.store, "metrics", finishing)
-    curves, finals, bands, groups, table, timer = live_views(ctx, ids, "eval loss", "step", 0.0, True, True)
+    curves, finals, bands, groups, table, timer = live_views(ctx, ids, "held-out loss", "step", 0.0, True, True)
     assert timer.active is True and ctx.store.status(ids[0])["state"] == "completed"
     drawn = pd.DataFrame(curves.value["data"], columns=curves.value["columns"])
     assert set(drawn["run"]) == set(run_labels(ctx, ids).values()) and len(finals.data) == 4
     assert set(table["run"]) == set(ids)  # the stored-runs table, refreshed by the same tick
-    *_, timer = live_views(ctx, ids, "eval loss", "step", 0.0, True, True)
+    *_, timer = live_views(ctx, ids, "held-out loss", "step", 0.0, True, True)
     assert timer.active is False  # the next tick read every run finished, so it stops
     assert groups.visible and bands.visible
 
@@ -174,7 +174,7 @@ def test_curves_list_their_runs_in_the_selection_order_even_before_a_run_has_poi
     ctx, ids = grid_store
     read = ctx.store.metrics
     monkeypatch.setattr(ctx.store, "metrics", lambda r: read(r).iloc[:0] if r == ids[0] else read(r))
-    curves, *_ = compare_frames(ctx, ids, "eval loss", "step", 0.0, True, with_params=False)
+    curves, *_ = compare_frames(ctx, ids, "held-out loss", "step", 0.0, True, with_params=False)
     assert list(dict.fromkeys(curves["run"])) == list(run_labels(ctx, ids).values())
     assert curves[curves["run"] == run_labels(ctx, ids)[ids[0]]]["value"].isna().all()  # drawn as nothing
 
@@ -185,7 +185,7 @@ def test_compare_labels_lead_with_what_differs(grid_store):
     assert [labels[r] for r in ids] == [f"{pe} s{s} ({r[-6:]})" for (pe, s), r in
                                        zip([("rope", 1), ("rope", 2), ("alibi", 1), ("alibi", 2)], ids)]
     assert all(len(v) <= 25 for v in labels.values())  # vega cuts legend labels at ~160 px
-    curves, *_ = compare_frames(ctx, ids, "eval loss", "step", 0.0, True)
+    curves, *_ = compare_frames(ctx, ids, "held-out loss", "step", 0.0, True)
     assert set(curves["run"]) == set(labels.values())
     one = run_labels(ctx, ids[:1])[ids[0]]  # alone: what it is (the grid's name only restates values)
     assert one == f"rope pre-LN L1 s1 copy ({ids[0][-6:]})"

@@ -237,14 +237,38 @@ def label_groups(groups: Mapping[tuple, list[str]], rows: Mapping[str, Mapping[s
     return out
 
 
-CURVES = {  # metric choice -> (record kind, column)
-    "train loss": ("train", "loss"),
-    "eval loss": ("eval", "loss"),
-    "exact-match (training lengths)": ("eval", "exact_match"),
-    "exact-match (longer lengths)": ("eval", "ood_exact_match"),
-    "token accuracy (training lengths)": ("eval", "token_acc"),
-    "loss (longer lengths)": ("eval", "ood_loss"),
-}
+# Curve choices: label -> (record kind, column); each label says what it was measured on. "(batch)": each
+# logged step's own training batch ("train" records); "train ...": a fixed set of samples of the training
+# distribution at each evaluation (modular addition's training pairs, the text's first 90%, fresh sequences
+# for the generated tasks); "held-out ...": held-out samples at the training lengths, or at the longer ones.
+# "train X" and "held-out X" are one measure on the two sets, to overlay (lab/evaluation.py). Which ones mean
+# something for a task: lab.taskshapes.headline_metrics. Labels of earlier versions still resolve (RENAMED).
+class _Curves(dict):
+    """The curve choices: a label of an earlier version (RENAMED) finds its curve, but is not offered."""
+
+    def __missing__(self, label: str) -> tuple[str, str]:
+        if label in RENAMED:
+            return self[RENAMED[label]]
+        raise KeyError(label)
+
+
+CURVES = _Curves({
+    "train loss (batch)": ("train", "loss"),
+    "train loss": ("eval", "train_loss"),
+    "held-out loss": ("eval", "loss"),
+    "train exact-match": ("eval", "train_exact_match"),
+    "held-out exact-match": ("eval", "exact_match"),
+    "train token accuracy": ("eval", "train_token_acc"),
+    "held-out token accuracy": ("eval", "token_acc"),
+    "train accuracy (predictable positions)": ("eval", "train_predictable_acc"),
+    "held-out accuracy (predictable positions)": ("eval", "predictable_acc"),
+    "held-out loss (longer lengths)": ("eval", "ood_loss"),
+    "held-out exact-match (longer lengths)": ("eval", "ood_exact_match"),
+})
+RENAMED = {"eval loss": "held-out loss", "exact-match (training lengths)": "held-out exact-match",
+           "exact-match (longer lengths)": "held-out exact-match (longer lengths)",
+           "token accuracy (training lengths)": "held-out token accuracy",
+           "loss (longer lengths)": "held-out loss (longer lengths)"}  # ("train loss" is a label again)
 X_AXES = {"step": "step", "time (s)": "elapsed_s", "tokens": "tokens"}
 SERIES_COLOURS = ("#4c78a8", "#f58518", "#e45756", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2", "#ff9da6",
                   "#9d755d", "#bab0ac")  # vega's default categorical palette (tableau10)

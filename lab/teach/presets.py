@@ -21,9 +21,10 @@ from lab.views.probing import measured_on
 Results = dict[str, dict[str, Any]]  # run name -> summary dict (lab.engine.jobs.summary_of)
 PES = ("alibi", "rope", "learned", "sinusoidal", "none")
 SEEDS = (1, 2)  # "Positions beyond training"
-SOLVED = 0.999  # "Hello, sort": solved from the first evaluation at or above this exact-match it keeps (_held_from)
-METRICS = ("train loss", "eval loss", "exact-match (training lengths)", "exact-match (longer lengths)",
-           "token accuracy (training lengths)", "loss (longer lengths)")  # the Compare view's curves
+METRICS = ("train loss (batch)", "train loss", "held-out loss", "train exact-match", "held-out exact-match",
+           "train token accuracy", "held-out token accuracy", "train accuracy (predictable positions)",
+           "held-out accuracy (predictable positions)", "held-out loss (longer lengths)",
+           "held-out exact-match (longer lengths)")  # the Compare view's curves (ui/common.py CURVES)
 
 
 @dataclass(frozen=True)
@@ -69,17 +70,6 @@ def _first_step(r: Results, name: str, key: str, ok: Callable[[float], bool]) ->
     return None
 
 
-def _held_from(r: Results, name: str, key: str, ok: Callable[[float], bool]) -> Optional[int]:
-    """The first evaluated step from which `ok(metric)` held at every later evaluation, or None: what "solved by
-    step N" and "from step N on" mean (reached and kept; a curve that dips and recovers counts from its return)."""
-    held = None
-    for e in r[name].get("evals") or ():
-        value = e.get(key)
-        if value is not None and value == value:
-            held = (int(e["step"]) if held is None else held) if ok(float(value)) else None
-    return held
-
-
 def _ev(r: Results, name: str, key: str = "loss") -> float:
     return float(r[name]["eval"][key])
 
@@ -115,10 +105,9 @@ SORT = run_config(
 
 def _explain_sort(r: Results) -> str:
     em, loss = _ev(r, "sort", "exact_match"), _ev(r, "sort")
-    if em >= SOLVED:
-        step = _held_from(r, "sort", "exact_match", lambda v: v >= SOLVED)
-        when = (f"Solved by step {step} of {SORT.train.steps} (held-out exact-match at or above {SOLVED:.1%} from "
-                "that evaluation on)" if step else "Solved")
+    if em >= 0.999:
+        step = _first_step(r, "sort", "exact_match", lambda v: v >= 0.999)
+        when = f"Solved by step {step} of {SORT.train.steps}" if step else "Solved"
         return (f"{when}: every held-out sequence came back sorted (exact-match {_pct(em)}, loss {_n(loss)}). "
                 "Each output position only has to count how many input symbols are smaller, and attention "
                 "reads the whole input at once, so three small layers are plenty.")
@@ -144,7 +133,7 @@ def _explain_induction(r: Results) -> str:
     chance = f"guessing costs ln {n} = {math.log(n):.2f}"
     on = measured_on(INDUCTION.train.eval_samples, r["2 layers"].get("steps") or INDUCTION.train.steps)
     if two < 0.5 * one:
-        step = _held_from(r, "2 layers", "loss", lambda v: v < 0.5 * one)  # "from step N on"
+        step = _first_step(r, "2 layers", "loss", lambda v: v < 0.5 * one)
         when = f" (below half the 1-layer loss from step {step} of {INDUCTION.train.steps} on)" if step else ""
         return (f"The 2-layer model's held-out loss on the repeated part fell to {_n(two)} on {on}{when}; the "
                 f"1-layer model's stayed at {_n(one)} ({chance}). Copying a repeat at a random offset needs an "
@@ -276,14 +265,24 @@ GROK = run_config(
 def _explain_grok(r: Results) -> str:
     wd, no = _ev(r, "weight decay 1.0", "exact_match"), _ev(r, "weight decay 0", "exact_match")
     tl_wd, tl_no = r["weight decay 1.0"]["train_loss"], r["weight decay 0"]["train_loss"]
-    fitted = "Both fitted their training pairs" if max(tl_wd, tl_no) < 0.3 else "Training loss ended"
-    fit = (f"{fitted} (final training loss {_n(tl_wd)} with weight decay, {_n(tl_no)} without); on the unseen "
-           f"pairs, test accuracy ended at {_pct(wd)} with weight decay and {_pct(no)} without. ")
+    acc = [(r[n].get("train_set") or {}).get("exact_match") for n in ("weight decay 1.0", "weight decay 0")]
+    if None not in acc:  # accuracy on the training pairs, measured at each evaluation
+        fitted = "Both fitted their training pairs" if min(acc) >= 0.95 else "Training accuracy ended"
+        said = f"accuracy on the training pairs {_pct(acc[0])} with weight decay, {_pct(acc[1])} without"
+    else:  # a run recorded before that was measured: its last training batch's loss
+        fitted = "Both fitted their training pairs" if max(tl_wd, tl_no) < 0.3 else "Training loss ended"
+        said = f"final training loss {_n(tl_wd)} with weight decay, {_n(tl_no)} without"
+    fit = (f"{fitted} ({said}); on the unseen pairs, test accuracy ended at {_pct(wd)} with weight decay and "
+           f"{_pct(no)} without. ")
     jump = _first_step(r, "weight decay 1.0", "exact_match", lambda v: v >= 0.9)
+    seen = next((e for e in r["weight decay 1.0"].get("evals") or () if (e.get("train_exact_match") or 0) >= 0.95), {})
+    memorised = seen.get("step")  # training accuracy first at 95% or more (test accuracy then: seen's exact_match)
     fitted_at = next((s for s, loss in r["weight decay 1.0"].get("train") or () if loss < 0.3), None)
-    if wd > 0.9 and no < 0.6 and jump and fitted_at:
-        fit += (f"With weight decay, test accuracy passed 90% at step {jump}, {max(0, jump - fitted_at)} steps "
-                f"after training loss fell below 0.3 (step {fitted_at}). ")
+    since = (f"training accuracy reached {_pct(seen['train_exact_match'])} (step {memorised}, test accuracy then "
+             f"{_pct(seen['exact_match'])})" if memorised else f"training loss fell below 0.3 (step {fitted_at})")
+    if wd > 0.9 and no < 0.6 and jump and (memorised or fitted_at):
+        fit += (f"With weight decay, test accuracy passed 90% at step {jump}, "
+                f"{max(0, jump - (memorised or fitted_at))} steps after {since}. ")
     if wd > 0.9 and no < 0.6:
         return fit + ("Memorising comes first; weight decay keeps shrinking the weights until the compact, "
                       "general algorithm wins, so test accuracy jumps long after training loss fell (see the "
@@ -299,14 +298,14 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "A 3-layer Transformer sees 6 symbols from {0, 1, 2} and must write them sorted. How many of 500 "
         "steps does it need before it sorts every new sequence right?",
         "minGPT's demo notebook (Karpathy): gpt-nano, sort of length 6 over 3 symbols",
-        (SORT,), "exact-match (training lengths)", 10.0, _explain_sort),
+        (SORT,), "held-out exact-match", 10.0, _explain_sort),
     Preset(
         "induction", "Induction heads",
         "Random tokens, then a stretch repeats from a random offset. Can an attention-only model with 1 layer "
         "predict the repeat, or does it need 2?",
         "Olsson et al. 2022, In-context learning and induction heads (attention-only models)",
         (_variant(INDUCTION, "1 layer", model=dict(n_layers=1)), _variant(INDUCTION, "2 layers")),
-        "eval loss", 37.0, _explain_induction, knockout=("2 layers",)),
+        "held-out loss", 37.0, _explain_induction, knockout=("2 layers",)),
     Preset(
         "pre_post_ln", "Pre-LN vs post-LN",
         "At a high learning rate (1e-2) with no warmup, which trains: LayerNorm before each sublayer (pre-LN) "
@@ -314,27 +313,27 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture (cosine decay in all three runs)",
         (_variant(LN, LN_RUNS[0]), _variant(LN, LN_RUNS[1], model=dict(norm="post")),
          _variant(LN, LN_RUNS[2], model=dict(norm="post"), train=dict(warmup=100))),
-        "eval loss", 125.0, _explain_ln),
+        "held-out loss", 125.0, _explain_ln),
     Preset(
         "short_long", "Train short, test long",
         "Each model trains on 32-token sequences and is tested on up to 128. Which positional encoding keeps "
         "its loss low past the training length?",
         "Press et al. 2021, Train Short, Test Long (ALiBi); here on the induction task's language-model loss",
         tuple(_variant(SHORT_LONG, pe, model=dict(pos=pe)) for pe in PES),
-        "loss (longer lengths)", 111.0, _explain_short_long),
+        "held-out loss (longer lengths)", 111.0, _explain_short_long),
     Preset(
         "beyond", "Positions beyond training",
         "Reverse sequences of length 1-16, then 17-24. Which positional encoding, if any, still works past the "
         "training lengths? Do two seeds agree?",
         "Kazemnejad et al. 2023 (NoPE); Delétang et al. 2022. An exploration: at this size no PE wins reliably",
         tuple(_variant(BEYOND, f"{pe} seed {s}", model=dict(pos=pe), train=dict(seed=s)) for pe in PES for s in SEEDS),
-        "loss (longer lengths)", 161.0, _explain_beyond),
+        "held-out loss (longer lengths)", 161.0, _explain_beyond),
     Preset(
         "encoder_decoder", "Original encoder-decoder",
         "The encoder reads a sequence, the decoder writes it backwards. Where will output position t look in "
         "the input through cross-attention?",
         "Vaswani et al. 2017, Attention Is All You Need (pre-LN here; sinusoidal positions)",
-        (ENCDEC,), "exact-match (training lengths)", 18.0, _explain_encdec),
+        (ENCDEC,), "held-out exact-match", 18.0, _explain_encdec),
     Preset(
         "grokking", "Grokking",
         "(a + b) mod 97 with 40% of the pairs for training. Training accuracy reaches ~100% early. Will accuracy "
@@ -342,5 +341,5 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "Power et al. 2022; Nanda et al. 2023. Here 40% of pairs (not 30%) and no positional encoding "
         "(a + b is symmetric), so it groks within 2200 steps on a CPU; the ablation uses the same 40%",
         (_variant(GROK, "weight decay 1.0"), _variant(GROK, "weight decay 0", train=dict(weight_decay=0.0))),
-        "exact-match (training lengths)", 134.0, _explain_grok),
+        "held-out exact-match", 134.0, _explain_grok),
 )}
