@@ -2,8 +2,9 @@
 
 A file is read, checked and put in the box, or refused with one line that names the box by its label and
 says what is allowed: binary files (NUL bytes), files over the size limit, empty files and text that is
-not UTF-8. A refused file changes nothing: the box keeps its text and nothing is stored (a run is stored
-only when Start is pressed, with the text the box then holds, validated again by the config).
+not UTF-8, whatever its name. A refused file changes nothing: the box keeps its text and nothing is stored
+(a run is stored only when Start is pressed, with the text the box then holds, validated again by the
+config). Each upload's note is about that upload.
 """
 from __future__ import annotations
 
@@ -65,7 +66,8 @@ def load_text_file(file: Any) -> tuple[Any, str]:
         text = read_text_file(path, name)
     except ConfigError as exc:
         label, why = in_words(exc)
-        return gr.skip(), f"⚠️ **{label}**: {' '.join(why.split())}"
+        why = " ".join(why.split()).rstrip(".")
+        return gr.skip(), f"⚠️ **{label}**: {why}. Nothing was loaded: the box keeps its text."
     return text, (f"Loaded {shown(name or os.path.basename(str(path)))}: {len(text):,} characters, "
                   f"{len(vocabulary(text))} distinct; unigram baseline {training_unigram_entropy(text):.2f} nats a "
                   "character (the entropy of its training 90%'s characters: the loss of a model that ignores "
@@ -78,8 +80,9 @@ def build_text_upload(widgets: dict[str, gr.components.Component]) -> None:
     other, wanted = BY_KEY[FIELD].when or ("task.name", "text")
     box, task = widgets[FIELD], widgets[other]
     visible = bool(getattr(box, "visible", True))
-    upload = gr.UploadButton("Load a .txt file", file_types=[".txt"], size="sm", visible=visible,
-                             elem_id="text-upload")
+    # no file_types: the browser would refuse another name (picture.png) with a toast of its own before this
+    # handler runs, and the note would still speak of the previous file; every file is read and answered here
+    upload = gr.UploadButton("Load a text file", size="sm", visible=visible, elem_id="text-upload")
     note = gr.Markdown("", visible=visible, elem_id="text-upload-note")
     upload.upload(load_text_file, inputs=upload, outputs=[box, note], api_name="upload_text", preprocess=False,
                   show_progress_on=[note])
