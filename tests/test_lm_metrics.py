@@ -9,14 +9,16 @@ from dataclasses import fields
 import pytest
 import torch
 
-from lab.config import TaskConfig
+from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.evaluation import measure
 from lab.model import ModelOutput
 from lab.records import EvalRecord
+from lab.trainer import train
 from lab.tasks import IGNORE_INDEX, Batch, get_task
 from lab.taskshapes import SHAPES, headline_metrics, loss_baselines
 from lab.teach.loss_reading import headline_sentence, overfitting_sentence
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # torch at one intra-op thread (tests/conftest.py)
 CPU = torch.device("cpu")
 # 200 characters: the first 180 train (120 a, 60 b), the last 20 are held out (all c)
 TEXT = "a" * 120 + "b" * 60 + "c" * 20
@@ -129,3 +131,29 @@ def test_the_upload_note_gives_the_baseline_in_nats(tmp_path):
     _, note = textfile.load_text_file(str(path))
     assert f"unigram baseline {loss_baselines(TEXT_TASK).unigram:.2f} nats a character" in note
     assert "bits" not in note
+
+
+# 784 characters of prose that never repeats itself: its held-out tenth shares little with the rest
+PASTE = ("It was late in the autumn when Maria finally decided to leave the city. She packed two suitcases, "
+         "a box of letters from her grandmother, and the small brass clock that had never kept proper time. "
+         "The train north was nearly empty; an old man across the aisle read a newspaper from last week and "
+         "hummed something that sounded like a waltz. Outside, the fields turned from brown to grey as the "
+         "light went out of the sky. She thought about the apartment, the cracked window above the sink, the "
+         "neighbour who practised trumpet every Sunday morning. None of it would miss her, she supposed. At "
+         "the third station a woman with a basket of apples got on and offered her one without a word. Maria "
+         "took it, and for the first time in months she laughed out loud, surprising them both. Snow began.")
+
+
+def test_a_short_paste_overfits_and_the_sentence_says_so():
+    """The issue's case: a paste of a few hundred characters, the default model. Its training loss keeps
+    falling while its held-out loss climbs past the unigram baseline (here 2.4 -> 3.2 -> 4.6 by step 300)."""
+    cfg = RunConfig(model=ModelConfig(n_ctx=64), task=TaskConfig(name="text", min_len=16, max_len=16, text=PASTE),
+                    train=TrainConfig(steps=300, eval_every=100, snapshots=0, device="cpu"))
+    records: list = []
+    train(cfg, on_record=records.append, threads=1)
+    evals = [{"step": r.step, "loss": r.loss, "train_loss": r.train_loss} for r in records if isinstance(r, EvalRecord)]
+    base = loss_baselines(cfg.task).unigram
+    assert evals[-1]["loss"] > base > evals[-1]["train_loss"], (base, evals)
+    said = overfitting_sentence(cfg.task, evals)
+    assert said.startswith("Overfitting: the held-out loss rose from") and f"{base:.2f}" in said, said
+    assert "above the unigram baseline" in headline_sentence(cfg.task, evals[-1])

@@ -43,15 +43,13 @@ def unit(cfg: TaskConfig) -> str:
 
 def baselines_clause(cfg: TaskConfig, loss: float) -> str:
     """Where a loss stands against the task's baselines: 'below the unigram baseline 2.85 nats (a model that
-    ignores context) and chance, ln 40 = 3.69'."""
+    ignores context) and below chance, ln 40 = 3.69'."""
     b = loss_baselines(cfg)
-    vocab = round(math.exp(b.chance))
-    chance = f"chance, ln {vocab} = {b.chance:.2f}"
+    chance = f"{'below' if loss < b.chance else 'above'} chance, ln {round(math.exp(b.chance))} = {b.chance:.2f}"
     if b.unigram is None:
-        return f"{'below' if loss < b.chance else 'not below'} {chance}"
+        return chance
     where = "below" if loss < b.unigram else "above"
-    return (f"{where} the unigram baseline {b.unigram:.2f} nats (a model that ignores context) and "
-            f"{'below' if loss < b.chance else 'not below'} {chance}")
+    return f"{where} the unigram baseline {b.unigram:.2f} nats (a model that ignores context) and {chance}"
 
 
 def headline_sentence(cfg: TaskConfig, metrics: Mapping[str, Any], where: str = "held-out") -> str:
