@@ -52,7 +52,7 @@ WARM_UP_S = 8.0  # seconds after start-up before the app imports what it needs l
 
 def build_demo(store: Optional[RunStore] = None, jobs: Optional[JobManager] = None,
                limits: Optional[Limits] = None) -> gr.Blocks:
-    """The whole page. `limits` (default: from the environment, see lab/limits.py) applies to a
+    """The whole page. `limits` (default: from the environment, see lab/engine/limits.py) applies to a
     JobManager built here; a given `jobs` brings its own."""
     store = store or RunStore()
     ctx = AppContext(store=store, jobs=jobs or JobManager(store, limits=limits or Limits.from_env()))

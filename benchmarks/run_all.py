@@ -96,7 +96,7 @@ def run_presets(quick: bool) -> list[str]:
                      f"{r['best']:.3f} | {r['step']} ({r['of_steps']}) | {r['wall_s']:.1f} |")
     return lines + ["", "Training-loop seconds until the first evaluation that meets the target (1 thread, CPU). "
                     "Only each preset's headline run is timed, stopped at its target, with a time cap of "
-                    "60 s (100 s for grokking); the presets' full costs are in lab/presets.py."]
+                    "60 s (100 s for grokking); the presets' full costs are in lab/teach/presets.py."]
 
 
 def run_concurrency(quick: bool) -> list[str]:

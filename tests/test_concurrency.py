@@ -1,4 +1,4 @@
-"""Process mode of the job manager (lab/worker.py): same results as thread mode, live status,
+"""Process mode of the job manager (lab/engine/worker.py): same results as thread mode, live status,
 stop, a crashed or killed child becomes "failed", and a killed server leaves no training process."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Ablation grids (lab/grid.py): configs, names, refusals, the cap, the time estimate; grouping of
+"""Ablation grids (lab/teach/grid.py): configs, names, refusals, the cap, the time estimate; grouping of
 seed repeats into mean/min/max bands on tiny real stored runs; Compare's labels and the parameter
 figure's legend (both fixed with the grid work)."""
 from __future__ import annotations

@@ -2,7 +2,7 @@
 what to do, and ownership: a second user (another browser) cannot stop or delete the first
 user's run, while everybody can still view it.
 
-Fast tests drive lab/limits.py and the JobManager directly; the slow ones launch the app with
+Fast tests drive lab/engine/limits.py and the JobManager directly; the slow ones launch the app with
 LAB_PUBLIC=1 and drive it from two Playwright browser contexts (separate localStorage, so two
 owner tokens) and from gradio_client.
 """

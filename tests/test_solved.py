@@ -3,7 +3,7 @@ after which every later evaluation stays there too, and the sentence says so. (A
 called "solved by step 325" although its held-out exact-match dipped below the target at step 350.)
 
 The curves are crafted metrics in a real run store, read back the way a preset's card and status line
-read them (ui/presets.run_result: the run's metrics frame, its evaluations oldest first).
+read them (`run_result` in ui/presets.py: the run's metrics frame, its evaluations oldest first).
 """
 from __future__ import annotations
 

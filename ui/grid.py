@@ -3,7 +3,7 @@ see the run count and a time estimate (the job manager's, from this server's mea
 lab/engine/estimate.py), launch every run, and open Compare on them (grouped).
 
 The base config is the Train tab's knobs (`config_from_values`, as Start uses). Everything is
-validated before anything launches (lab/grid.py), so a bad value or combination creates no run.
+validated before anything launches (lab/teach/grid.py), so a bad value or combination creates no run.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 from the selected stored run, or from a fresh untrained model of the default config.
 
 Building the tab computes nothing: a page's picture is drawn when the tab is opened, the page
-changes, or the run / probe input changes. The pages live in lab/lesson_pages.py, their numbers in
-lab/lessons.py and their figures in lab/lesson_figures.py.
+changes, or the run / probe input changes. The pages live in lab/teach/lesson_pages.py, their numbers
+in lab/teach/lessons.py and their figures in lab/teach/lesson_figures.py.
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from lab.textdata import MAX_CHARS
 from ui.common import errors_as_messages, with_api_params
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values, query_string, values_from_config
 
-MAX_UPLOAD_BYTES = 64 * 1024  # the default; a server passes its own (LAB_MAX_UPLOAD_KB, lab/limits.py)
+MAX_UPLOAD_BYTES = 64 * 1024  # the default; a server passes its own (LAB_MAX_UPLOAD_KB, lab/engine/limits.py)
 TEXT_BYTES = 6 * MAX_CHARS + 2  # task.text as json.dumps writes it (\uXXXX a character), on top of the limit
 LINK_JS = "(q) => q ? window.location.origin + window.location.pathname + '?' + q : ''"
 

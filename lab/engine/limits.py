@@ -14,7 +14,7 @@ only their own runs). Each limit can be set on its own:
 | LAB_MAX_UPLOAD_KB         | 64            | 64             | an uploaded config JSON file            |
 
 The largest preset launches 10 runs, hence the public default of 10 per user; a preset or grid is
-admitted whole or refused whole. The queue is fair (lab/jobs.py): a free slot goes to the oldest
+admitted whole or refused whole. The queue is fair (lab/engine/jobs.py): a free slot goes to the oldest
 run of the user with the fewest runs training, so one user's ten runs do not hold back the class.
 
 A refused request raises `LimitError` (a `ConfigError`, so every caller already turns it into a

@@ -102,7 +102,7 @@ class JobSlots:
         if self.mode == "process":
             self.pool = WorkerPool(max_concurrent)
         self.batch_seeds = train_fn is None and self.mode != "ray" and batch_seeds_default()
-        self.limits = limits if limits is not None else Limits()  # lab/limits.py; Limits.from_env() for a server
+        self.limits = limits if limits is not None else Limits()  # lab/engine/limits.py; Limits.from_env() for a server
         self._admitting: dict[str, int] = {}  # owner -> runs admitted whose folder is still being written
         self._cond = threading.Condition()
         self._jobs: dict[str, _Job] = {}
