@@ -24,7 +24,7 @@ from ui.common import AppContext
 from ui.compare import build_compare_tab
 from ui.inspect import build_inspect_tab
 from ui.learn import build_learn_tab
-from ui.presets import build_presets_tab
+from ui.presets import build_presets_tab, compare_note
 from ui.train import build_train_tab
 
 TITLE = "Transformer Ablation Lab"
@@ -65,13 +65,13 @@ def build_demo(store: Optional[RunStore] = None, jobs: Optional[JobManager] = No
         with gr.Tabs(elem_id="tabs") as tabs:
             train = build_train_tab(ctx, my_runs, owner)
             presets = build_presets_tab(ctx, last_preset)
-            compare = build_compare_tab(ctx)
+            compare = build_compare_tab(ctx, note_source=(last_preset, compare_note))
             build_inspect_tab(ctx)
             build_learn_tab(ctx)
         train.grid.wire(tabs, compare)  # presets and the grid open Compare on their runs
         presets.wire(tabs, compare, my_runs, owner)
         demo.load(train.on_load, inputs=train.load_inputs, outputs=train.load_outputs, api_name="load")
-        demo.load(presets.on_load, inputs=presets.last, outputs=[presets.status, compare.note, presets.timer],
+        demo.load(presets.on_load, inputs=presets.last, outputs=[presets.status, presets.timer],
                   api_name="load_presets")
     # an explicit size: on ZeroGPU Gradio would take max_size=1 and refuse a class ("Queue is full")
     demo.queue(default_concurrency_limit=8, max_size=default_queue_size())

@@ -39,6 +39,9 @@ LINES_DRAWN = """([sel, points]) => [...document.querySelectorAll(sel + ' g.mark
     .filter(p => p.getAttribute('stroke') && ((p.getAttribute('d') || '').match(/L/g) || []).length >= points - 1)
     .length"""
 LEGEND = """(sel) => [...document.querySelectorAll(sel + ' g.role-legend-label text')].map(t => t.textContent)"""
+# A plotly plot's lines as the page holds them (Compare's curves): [{name, points}] in drawing order.
+CURVES = """(sel) => { const g = document.querySelector(sel + ' .js-plotly-plot');
+    return g && g.data ? g.data.map(t => ({name: t.name, points: Array.from(t.x || []).length})) : []; }"""
 
 
 @contextmanager
@@ -101,6 +104,17 @@ def wait_lines(page, sel: str, count: int, points: int = 3) -> None:
     """Wait (the page's default timeout) until the vega plot `sel` has drawn `count` lines of at least
     `points` points."""
     page.wait_for_function(f"(args) => ({LINES_DRAWN})(args) >= {count}", arg=[sel, points], polling=250)
+
+
+def wait_curves(page, sel: str, count: int, points: int = 3) -> None:
+    """Wait until the plotly plot `sel` holds `count` lines of at least `points` points."""
+    page.wait_for_function(f"(a) => ({CURVES})(a[0]).filter(c => c.points >= a[1]).length >= a[2]",
+                           arg=[sel, points, count], polling=250)
+
+
+def curve_names(page, sel: str) -> list[str]:
+    """The names of the plotly plot `sel`'s lines (its legend), in order."""
+    return [c["name"] for c in page.evaluate(CURVES, sel)]
 
 
 def wait_finished(page, app, run_ids: list[str], wait_ms: int) -> None:

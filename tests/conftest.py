@@ -18,7 +18,7 @@ import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Optional
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 import pytest
 
@@ -170,3 +170,26 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+COMPARE_OUTPUTS = ("table", "pick", "curves", "finals", "configs", "params", "bands", "groups", "files", "timer",
+                   "note")  # what Compare's one event returns (ui/compare.py), as gradio_client sees it
+
+
+def compare_api(client, run_ids=(), metric="train loss (batch)", **controls) -> dict:
+    """Compare's views for `run_ids` and `controls` (x, smoothing, diff_only, grouped, filters by their API
+    names) through the app's API, by output name: a fresh page's first call, so every view is sent."""
+    out = client.predict(run_ids=list(run_ids), metric=[metric] if isinstance(metric, str) else list(metric),
+                         last_preset={}, api_name="/compare", **controls)
+    return dict(zip(COMPARE_OUTPUTS, out))
+
+
+def plotted(curves: Any) -> Any:
+    """The curves a Compare plot value (as the API sends it) draws: columns x, value, run."""
+    import json
+
+    import pandas as pd
+
+    traces = json.loads(curves["plot"])["data"] if curves and curves.get("plot") else []
+    frames = [pd.DataFrame({"x": t.get("x", []), "value": t.get("y", []), "run": t["name"]}) for t in traces]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["x", "value", "run"])

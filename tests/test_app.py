@@ -47,7 +47,7 @@ INVALID: list[tuple[dict[str, Any], tuple[str, ...]]] = [
 ]
 INVALID_IDS = ["-".join(f"{k}={v}" for k, v in case.items()) for case, _ in INVALID]
 AUTO_NAMES = re.compile(r"^(lambda|unnamed|js_fn|false|fn_?\d+|.*_\d+)$")
-ENDPOINTS = ("start", "poll", "stop", "validate", "show_run", "list_runs", "select_all", "compare", "compare_colours",
+ENDPOINTS = ("start", "poll", "stop", "validate", "show_run", "select_all", "compare",
              "export", "inspect_runs", "snapshot_steps", "attention_for_run", "attention", "positional_a",
              "positional_b", "load", "share_query", "download_config", "upload_config")
 

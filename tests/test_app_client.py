@@ -6,6 +6,8 @@ Waits are generous and nothing asserts timing except a lenient bound on the poll
 """
 from __future__ import annotations
 
+import json
+
 import statistics
 import time
 from typing import Any
@@ -14,6 +16,7 @@ import pandas as pd
 import pytest
 
 from tests.test_app import INVALID, INVALID_IDS, LABELS
+from tests.conftest import compare_api, plotted
 
 pytestmark = pytest.mark.slow  # launches the app in a subprocess
 WAIT_S = 120.0
@@ -59,15 +62,13 @@ def frame(value: Any) -> pd.DataFrame:
 
 
 def compare(client, run_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Any]:
-    curves, finals, configs, params, timer = client.predict(run_ids=run_ids, metric="train loss", x="step",
-                                                            smoothing=0.0, diff_only=True, api_name="/compare")
-    assert timer == {"__type__": "update"}  # finished runs: the live timer is left off (no "active": True)
-    assert curves["x_title"] == "step" and curves["y_title"] == "train loss"
-    # the second step of /compare: colours for the series the plot holds, in the selection's order
-    colours = client.predict(curves["value"], api_name="/compare_colours")["color_map"]
-    curves = frame(curves)
-    assert list(colours) == list(dict.fromkeys(curves["run"])) and len(set(colours.values())) == len(colours)
-    return curves, frame(finals), frame(configs), params
+    views = compare_api(client, run_ids)
+    assert not views["timer"].get("active")  # finished runs: the live timer is off
+    layout = json.loads(views["curves"]["plot"])["layout"]
+    assert layout["xaxis"]["title"]["text"] == "step" and layout["yaxis"]["title"]["text"] == "train loss (batch)"
+    colours = [t["line"]["color"] for t in json.loads(views["curves"]["plot"])["data"]]
+    assert len(set(colours)) == len(colours) == len(run_ids)  # a colour per run, in the selection's order
+    return plotted(views["curves"]), frame(views["finals"]), frame(views["configs"]), views["params"]
 
 
 def test_start_poll_then_compare_and_inspect(client, app_server):
@@ -164,8 +165,7 @@ def test_two_runs_back_to_back_both_finish_and_overlay_in_compare(client):
     done = {r: poll_until_done(client, r)[0] for r in (run_a, run_b)}
     assert all("Completed" in text for text in done.values()), done
 
-    table, pick = client.predict([], [], [], [], api_name="/list_runs")
-    listed = [run_id for _, run_id in pick["choices"]]
+    listed = [run_id for _, run_id in compare_api(client)["pick"]["choices"]]
     assert run_a in listed and run_b in listed
 
     curves, finals, configs, _ = compare(client, [run_a, run_b])

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import LEGEND, SHOTS, WAIT_MS, assert_no_errors, choose, chromium, fill, open_page, shoot, \
-    wait_finished, wait_lines
+from tests.browser import LEGEND, SHOTS, WAIT_MS, assert_no_errors, choose, chromium, curve_names, fill, \
+    open_page, shoot, wait_curves, wait_finished, wait_lines
 
 pytestmark = pytest.mark.slow
 STEPS = 400
@@ -56,8 +56,8 @@ def test_train_compare_inspect_in_chromium(page, browser_app):
     page.get_by_role("tab", name="Compare").click()
     expect(page.locator("#runs-table")).to_contain_text(second, timeout=WAIT_MS)  # the tab listed the runs
     page.get_by_role("button", name="Select all shown").click()
-    wait_lines(page, "#compare-curves", 2, points=50)
-    page.wait_for_function(f"() => ({LEGEND})('#compare-curves').length == 2", timeout=WAIT_MS, polling=250)
+    wait_curves(page, "#compare-curves", 2, points=50)
+    assert len(curve_names(page, "#compare-curves")) == 2
     assert page.get_by_text("completed").count() >= 2
     assert_no_errors(page)
     shoot(page, SHOTS / "compare.png", top="#compare-pick")

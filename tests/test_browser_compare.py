@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from tests.browser import LEGEND, assert_no_errors, choose, chromium, fill, open_page, shoot, wait_finished, \
-    wait_lines
+from tests.browser import assert_no_errors, choose, chromium, curve_names, fill, open_page, shoot, wait_curves, \
+    wait_finished
 
 pytestmark = pytest.mark.slow
 WAIT_MS = 300_000  # a shared 2-core host: three runs train while the page polls
@@ -107,9 +107,9 @@ def test_the_stored_runs_table_follows_runs_to_completed_without_a_click(page, b
     assert not LIVE.search(page.locator("#compare-groups").inner_text() + page.locator("#runs-table").inner_text())
 
     # one name per run in the picker, the legend and the tables: what tells it from the others picked
-    wait_lines(page, "#compare-curves", 3, points=50)
+    wait_curves(page, "#compare-curves", 3, points=50)
     tokens = page.locator("#compare-pick .token").all_inner_texts()
-    legend = page.evaluate(LEGEND, "#compare-curves")
+    legend = curve_names(page, "#compare-curves")
     assert sorted(tokens) == sorted(legend) == sorted(rows(page, "#compare-finals")), (tokens, legend)
     assert sorted(tokens) == sorted([f"learned s0 ({learned[-6:]})", f"sinusoidal s0 ({sinusoidal[-6:]})",
                                      f"learned s1 ({seed1[-6:]})"]), tokens

@@ -7,14 +7,10 @@ import json
 
 import pytest
 
-from tests.browser import assert_no_errors, chromium, fill, open_page, shoot, wait_finished, wait_lines
+from tests.browser import CURVES, assert_no_errors, chromium, fill, open_page, shoot, wait_curves, wait_finished
 
 pytestmark = pytest.mark.slow
 WAIT_MS = 150_000
-POINTS = """(sel) => Math.max(0, ...[...document.querySelectorAll(sel + ' g.mark-line.role-mark path')]
-    .map(p => ((p.getAttribute('d') || '').match(/L/g) || []).length + 1))"""
-
-
 def test_a_completed_run_trains_200_more_steps_and_its_curve_extends(browser_app):
     from playwright.sync_api import expect
 
@@ -28,8 +24,8 @@ def test_a_completed_run_trains_200_more_steps_and_its_curve_extends(browser_app
 
         page.get_by_role("tab", name="Compare").click()
         page.get_by_role("button", name="Select all shown").click()
-        wait_lines(page, "#compare-curves", 1, points=55)
-        before = page.evaluate(POINTS, "#compare-curves")
+        wait_curves(page, "#compare-curves", 1, points=55)
+        before = page.evaluate(CURVES, "#compare-curves")[0]["points"]
         assert 55 <= before <= 60, before
 
         page.get_by_role("tab", name="Train").click()
@@ -45,7 +41,7 @@ def test_a_completed_run_trains_200_more_steps_and_its_curve_extends(browser_app
         page.get_by_role("tab", name="Compare").click()
         page.get_by_role("button", name="Refresh").click()
         page.get_by_role("button", name="Select all shown").click()
-        wait_lines(page, "#compare-curves", 1, points=250)  # the same run's curve, now to step 260
+        wait_curves(page, "#compare-curves", 1, points=250)  # the same run's curve, now to step 260
         finals = page.locator("#compare-finals").get_by_role("row").filter(has_text=run_id[-6:])
         expect(finals).to_contain_text("260", timeout=WAIT_MS)
         assert_no_errors(page)

@@ -42,7 +42,7 @@ def test_every_tab_at_phone_width(browser_app, trained):
             page.get_by_role("tab", name=name).click()
             if name == "Compare":
                 page.get_by_role("button", name="Select all shown").click()
-                page.wait_for_function("() => document.querySelectorAll('#compare-curves path').length > 2",
+                page.wait_for_function("() => document.querySelector('#compare-curves .js-plotly-plot')?.data?.length",
                                        polling=250)
             if name == "Inspect":
                 page.wait_for_function("() => document.querySelector('#attn-dec_self img, #attn-dec_self canvas')",

@@ -22,8 +22,10 @@ from lab.engine.jobs import JobManager
 from lab.engine.store import RunStore
 from lab.teach.grid import build_grid
 from ui.common import GROUP_CHARS, LEGEND_CHARS, AppContext, curve
-from ui.compare import SMOOTHING, build_compare_tab, export, live_views, shows_live
-from ui.compare_views import FILTER_LABELS, FILTER_PARAMS, choices, compare_frames, group_frames, run_labels
+from ui.compare import build_compare_tab, export
+from ui.compare_render import Controls, render
+from ui.compare_views import (FILTER_LABELS, FILTER_PARAMS, SMOOTHING, choices, compare_frames, group_frames,
+                              run_labels)
 from ui.knobs import KNOBS, config_from_values
 
 BASE = config_from_values({"task.name": "copy", "task.max_len": 4, "model.d_model": 16, "model.n_heads": 2,
@@ -96,8 +98,9 @@ def test_the_picker_names_picked_runs_as_the_curves_and_tables_do(ctx):
     offered = {r: text for text, r in choices(ctx.store.list(), picked)}
     assert {r: offered[r] for r in picked} == labels  # the picker's tokens are the legend's names
     assert offered[ids[0]].endswith(f"({ids[0][-6:]})") and "=" not in offered[ids[0]]  # not picked: in full
-    curves, finals, configs, _ = compare_frames(ctx, picked, "train loss", "step", 0.0, True, with_params=False)
-    assert set(curves["run"]) == set(finals["run"]) == set(configs["run"]) == set(labels.values())
+    _, finals, configs, _ = compare_frames(ctx, picked, "train loss", "step", 0.0, True, with_params=False)
+    legend = [t.name for t in render(ctx, controls(picked), {})["curves"].data]
+    assert set(legend) == set(finals["run"]) == set(configs["run"]) == set(labels.values())
     hidden = choices(ctx.store.list().iloc[:1], picked, ctx.store.list())  # a filter hides the picked runs
     assert [r for _, r in hidden][:len(picked)] == picked and {r: t for t, r in hidden}[ids[1]] == labels[ids[1]]
 
@@ -136,7 +139,7 @@ def test_the_train_loss_is_smoothed_by_default_and_held_out_curves_never():
     with gr.Blocks():
         tab = build_compare_tab(AppContext(store=None, jobs=None))  # the widgets only: nothing is read
     found = {c.elem_id: c for c in _components(tab.tab)}
-    assert found["compare-smoothing"].value == SMOOTHING and tab.metric.value == "train loss"
+    assert found["compare-smoothing"].value == SMOOTHING and tab.metric.value == ["train loss (batch)"]
 
 
 def _components(block) -> list:
@@ -168,20 +171,25 @@ def test_compare_reads_like_the_ui_and_shows_no_placeholder(ctx):
 
 
 # ---- the live timer (item 2) --------------------------------------------------------------------
+def controls(run_ids: list[str], filters=(None,) * 4, metric: str = "train loss") -> Controls:
+    return Controls.of(filters, run_ids, metric, "step", 0.0, True, True)
+
+
 def test_a_tick_refreshes_the_stored_runs_table_while_a_listed_run_is_live(ctx):
     done, live = add(ctx, BASE), add(ctx, change(BASE, **{"model.pos": "rope"}), "running")
-    *views, table, timer = live_views(ctx, [], "train loss", "step", 0.0, True, True, [None] * 4, redraw=False)
-    states = dict(zip(table["run"], table["state"]))
-    assert states == {done: "completed", live: "running"} and timer.active is True  # nothing picked: still on
-    assert all(v == gr.skip() for v in views)  # nothing picked and nothing shown live: nothing redrawn
-    *_, table, timer = live_views(ctx, [], "train loss", "step", 0.0, True, True, [["sort"], None, None, None],
-                                  redraw=False)
-    assert table.empty and timer.active is False  # the filter hides the live run: the table shows none live
-    with pytest.raises(ValueError, match="run_id"):  # an id that is not a run is refused, redrawn or not
-        live_views(ctx, ["../outside"], "train loss", "step", 0.0, True, True, [None] * 4, redraw=False)
+    out = render(ctx, controls([]), {})
+    states = dict(zip(out["table"]["run"], out["table"]["state"]))
+    assert states == {done: "completed", live: "running"} and out["timer"].active is True  # nothing picked: on
+    again = render(ctx, controls([]), out["shown"])
+    assert set(again) == {"shown"}  # nothing changed: nothing is sent (the timer stays on)
+    out = render(ctx, controls([], [["sort"], None, None, None]), out["shown"])
+    assert out["table"].empty and out["timer"].active is False  # the filter hides the live run
+    with pytest.raises(ValueError, match="run_id"):  # an id that is not a run is refused
+        render(ctx, controls(["../outside"]), {})
     ctx.store.set_status(live, "completed")
-    *_, table, timer = live_views(ctx, [], "train loss", "step", 0.0, True, True, [None] * 4, redraw=False)
-    assert dict(zip(table["run"], table["state"]))[live] == "completed" and timer.active is False
+    out = render(ctx, controls([]), {})
+    assert dict(zip(out["table"]["run"], out["table"]["state"]))[live] == "completed"
+    assert out["timer"].active is False
 
 
 def table_of(component: gr.Dataframe) -> pd.DataFrame:
@@ -191,18 +199,23 @@ def table_of(component: gr.Dataframe) -> pd.DataFrame:
 
 def test_a_tick_redraws_the_selection_until_the_page_shows_what_the_store_has(ctx):
     a, b = add(ctx, BASE, "running"), add(ctx, change(BASE, **{"train.seed": 1}))
-    _, finals, _, groups, _, timer = live_views(ctx, [a, b], "train loss", "step", 0.0, True, True)
-    shown = pd.DataFrame(finals.data)  # the page now shows a as running
-    assert list(shown["state"]) == ["running", "completed"] and timer.active is True
-    assert shows_live(shown) and groups.visible and shows_live(table_of(groups))
+    out = render(ctx, controls([a, b]), {})
+    assert list(pd.DataFrame(out["finals"].data)["state"]) == ["running", "completed"]
+    assert out["timer"].active is True and out["groups"].visible
     ctx.store.set_status(a, "completed")
-    # the page still shows "running": the tick redraws, though no selected run is live any more
-    _, finals, _, groups, table, timer = live_views(ctx, [a, b], "train loss", "step", 0.0, True, True,
-                                                    redraw=shows_live(shown))
-    assert list(pd.DataFrame(finals.data)["state"]) == ["completed"] * 2 and timer.active is False
-    assert set(table["state"]) == {"completed"} and list(table_of(groups)["finished"]) == [2]
-    assert not shows_live(pd.DataFrame(finals.data), table_of(groups))
-    # the page shows what the store has and nothing is live: the next tick redraws nothing and stops
-    *views, _, timer = live_views(ctx, [a, b], "train loss", "step", 0.0, True, True,
-                                  redraw=shows_live(pd.DataFrame(finals.data), table_of(groups)))
-    assert all(v == gr.skip() for v in views) and timer.active is False
+    out = render(ctx, controls([a, b]), out["shown"])  # the tick after the run ended: the final state, timer off
+    assert list(pd.DataFrame(out["finals"].data)["state"]) == ["completed"] * 2 and out["timer"].active is False
+    assert set(out["table"]["state"]) == {"completed"} and list(table_of(out["groups"])["finished"]) == [2]
+    assert [t.name for t in out["curves"].data] == list(run_labels(ctx, [a, b]).values())
+    assert set(render(ctx, controls([a, b]), out["shown"])) == {"shown"}  # then nothing more is sent
+
+
+def test_a_control_change_redraws_its_views_and_no_others(ctx):
+    a, b = add(ctx, BASE), add(ctx, change(BASE, **{"model.pos": "rope"}))
+    first = render(ctx, controls([a, b]), {})
+    assert {"curves", "finals", "configs", "params", "table", "pick"} <= set(first)
+    out = render(ctx, controls([a, b], metric="held-out loss"), first["shown"])
+    assert "curves" in out and "finals" not in out and "params" not in out and "pick" not in out
+    assert out["curves"].layout.yaxis.title.text == "held-out loss"
+    out = render(ctx, controls([a]), out["shown"])  # a new selection: its tables, labels and no old export
+    assert {"curves", "finals", "configs", "params", "pick", "files"} <= set(out)

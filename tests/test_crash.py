@@ -21,7 +21,7 @@ import pytest
 from lab.engine.liveness import LOCK_DIR, writer_alive
 from lab.engine.store import LIVE_STATES
 from lab.engine.storefs import safetensors_problem
-from tests.conftest import launch_app
+from tests.conftest import compare_api, launch_app
 
 pytestmark = pytest.mark.slow
 KILLS = 5
@@ -106,7 +106,7 @@ def test_sigkill_at_random_moments_then_restart(tmp_path, record_property):
                 assert leftovers(runs_dir) == [], leftovers(runs_dir)
                 assert dead_locks(runs_dir) == [], dead_locks(runs_dir)
             client = Client(server.url, verbose=False)
-            table, pick = client.predict([], [], [], [], api_name="/list_runs")
+            table = compare_api(client)["table"]
             listed = {row[0]: row for row in table["data"]}
             assert set(listed) == set(finished) | set(killed_live), "a run went missing or appeared"
             store_view = check_no_torn_file(runs_dir) if runs_dir.exists() else {}

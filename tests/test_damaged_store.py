@@ -17,6 +17,7 @@ from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.record import record_run
 from lab.engine.store import DamagedRunError, RunStore
 from tests.test_run_ids import call_with, run_id_endpoints
+from tests.conftest import compare_api
 
 CFG = RunConfig(model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32, pos="learned"),
                 task=TaskConfig(name="copy", max_len=4), train=TrainConfig(steps=20, eval_every=10, snapshots=2))
@@ -163,7 +164,7 @@ def test_every_endpoint_answers_for_damaged_runs(damaged):
         assert "damaged" in text and "status.json" in text
         text, *_ = client.predict("metrics-truncated", api_name="/poll")
         assert "Completed" in text
-        table, pick = client.predict([], [], [], [], api_name="/list_runs")
+        table = compare_api(client)["table"]
         listed = {row[0] for row in table["data"]}
         assert set(DAMAGES) | set(healthy) <= listed
         run_a, _ = client.predict(api_name="/inspect_runs")

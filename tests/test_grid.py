@@ -19,7 +19,8 @@ from lab.engine.record import record_run
 from lab.views.plots import bands_figure, params_figure, to_png
 from lab.engine.store import RunStore
 from ui.common import AppContext, short_label
-from ui.compare import compare_frames, group_frames, live_views, run_labels
+from ui.compare_render import Controls, render
+from ui.compare_views import compare_frames, group_frames, run_labels
 from ui.knobs import config_from_values
 
 BASE = config_from_values({"task.name": "copy", "task.max_len": 4, "model.d_model": 16, "model.n_heads": 2,
@@ -137,7 +138,7 @@ def test_group_frames_on_real_runs(grid_store):
         np.testing.assert_allclose(got["lo"], both.min(axis=1))
         np.testing.assert_allclose(got["hi"], both.max(axis=1))
         finals = [ctx.store.summary(r)["eval"]["exact_match"] for r in members]
-        assert table.set_index("group").loc[group, "exact-match"] == (
+        assert table.set_index("group").loc[group, "held-out exact-match"] == (
             f"{np.mean(finals):.3f} [{min(finals):.3f}, {max(finals):.3f}]")
     # time on the x-axis: runs differ in time, so x is their mean at each step
     tb, _ = group_frames(ctx, ids[:2], "train loss (batch)", "time (s)", 0.0)
@@ -158,25 +159,26 @@ def test_the_live_timer_stays_on_when_a_run_finishes_while_a_tick_reads_it(grid_
         return read(run_id)
 
     monkeypatch.setattr(ctx.store, "metrics", finishing)
-    curves, finals, bands, groups, table, timer = live_views(ctx, ids, "held-out loss", "step", 0.0, True, True)
-    assert timer.active is True and ctx.store.status(ids[0])["state"] == "completed"
-    drawn = pd.DataFrame(curves.value["data"], columns=curves.value["columns"])
-    assert set(drawn["run"]) == set(run_labels(ctx, ids).values()) and len(finals.data) == 4
-    assert set(table["run"]) == set(ids)  # the stored-runs table, refreshed by the same tick
-    *_, timer = live_views(ctx, ids, "held-out loss", "step", 0.0, True, True)
-    assert timer.active is False  # the next tick read every run finished, so it stops
-    assert groups.visible and bands.visible
+    c = Controls.of([None] * 4, ids, "held-out loss", "step", 0.0, True, True)
+    out = render(ctx, c, {})
+    assert out["timer"].active is True and ctx.store.status(ids[0])["state"] == "completed"
+    assert {t.name for t in out["curves"].data} == set(run_labels(ctx, ids).values()) and len(out["finals"].data) == 4
+    assert set(out["table"]["run"]) == set(ids)  # the stored-runs table, refreshed by the same tick
+    out = render(ctx, c, out["shown"])
+    assert out["timer"].active is False  # the next tick read every run finished, so it stops
+    assert out["groups"].visible and out["bands"].visible
 
 
 def test_curves_list_their_runs_in_the_selection_order_even_before_a_run_has_points(grid_store, monkeypatch):
-    """The plot's colours follow the order its series appear in (ui/compare.py on_colours): a run with
-    no points yet (its placeholder row) must not move to the end."""
+    """The curves' colours follow the selection's order, as the tables' colour bars do: a run with no
+    points yet keeps its place, its colour and its name in the legend."""
     ctx, ids = grid_store
     read = ctx.store.metrics
     monkeypatch.setattr(ctx.store, "metrics", lambda r: read(r).iloc[:0] if r == ids[0] else read(r))
-    curves, *_ = compare_frames(ctx, ids, "held-out loss", "step", 0.0, True, with_params=False)
-    assert list(dict.fromkeys(curves["run"])) == list(run_labels(ctx, ids).values())
-    assert curves[curves["run"] == run_labels(ctx, ids)[ids[0]]]["value"].isna().all()  # drawn as nothing
+    fig = render(ctx, Controls.of([None] * 4, ids, "held-out loss", "step", 0.0, True, True), {})["curves"]
+    assert [t.name for t in fig.data] == list(run_labels(ctx, ids).values())
+    assert len(fig.data[0].x) == 0 and all(len(t.x) for t in fig.data[1:])  # drawn as nothing, still named
+    assert [t.line.color for t in fig.data] == ["#4c78a8", "#f58518", "#e45756", "#72b7b2"]
 
 
 def test_compare_labels_lead_with_what_differs(grid_store):

@@ -22,6 +22,7 @@ from lab.engine.jobs import JobManager
 from lab.engine.limits import ENV_NAMES, LimitError, Limits, check_admission, count_params, thin, valid_owner
 from lab.engine.store import RunIdError, RunStore
 from tests.test_jobs import FakeTrainer, named, wait_for
+from tests.conftest import compare_api
 
 CFG = RunConfig(model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32), task=TaskConfig(name="copy", max_len=4),
                 train=TrainConfig(steps=20, eval_every=10))
@@ -350,7 +351,8 @@ def test_public_limits_and_ownership_through_the_api(public_app):
         text, *_ = client.predict(run_id, api_name="/poll")
         assert "Queued" in text or "Running" in text
     assert all(state_of(public_app, r) in ("queued", "running") for r in ids)
-    table, pick = client.predict([], [], [], [], api_name="/list_runs")  # a classroom compares: all listed...
+    views = compare_api(client)  # a classroom compares: all listed...
+    table, pick = views["table"], views["pick"]
     assert set(ids) <= {r for _, r in pick["choices"]}
     assert ALICE not in json.dumps(table) and ALICE not in json.dumps(pick)  # ...but no owner token leaks
 

@@ -17,9 +17,8 @@ import pytest
 
 pytest.importorskip("ray")  # the optional scale-out requirements (requirements-scale.txt)
 
-from tests.conftest import REPO, launch_app  # noqa: E402
+from tests.conftest import REPO, compare_api, launch_app, plotted  # noqa: E402
 from tests.ray_cluster import Cluster, start_cluster  # noqa: E402
-from tests.test_app_client import frame  # noqa: E402
 
 pytestmark = pytest.mark.slow
 KNOBS = {"task": "copy", "max_len": 4, "d_model": 32, "n_heads": 2, "n_layers": 1}
@@ -108,9 +107,9 @@ def wait_for(what: str, check: Any, timeout: float = 180.0) -> Any:
 
 
 def live_curve(client: Any, run_id: str) -> tuple[Any, bool]:
-    curves, _finals, _configs, _params, timer = client.predict(
-        run_ids=[run_id], metric="train loss", x="step", smoothing=0.0, diff_only=True, api_name="/compare")
-    return frame(curves), bool(isinstance(timer, dict) and timer.get("active"))
+    views = compare_api(client, [run_id], smoothing=0.0)
+    timer = views["timer"]
+    return plotted(views["curves"]), bool(isinstance(timer, dict) and timer.get("active"))
 
 
 def test_the_app_trains_on_ray_live_stops_and_survives_a_lost_node(cluster: Cluster, local_runs: dict,

@@ -20,7 +20,7 @@ from lab.engine.store import RunStore
 from tests.test_jobs import FakeTrainer
 from ui.grid import preview_text
 from ui.knobs import KNOBS, config_from_values
-from ui.presets import status
+from ui.presets import compare_note, status
 
 WAIT_S = 60
 
@@ -58,34 +58,34 @@ def wait_all(jobs, ids):
 def test_a_preset_click_submits_exactly_its_configs_and_opens_compare(setup, key):
     demo, store, jobs, gate = setup
     preset = PRESETS[key]
-    last, my_runs, text, note, timer, tabs, pick, metric, group, curves = endpoint(demo, f"preset_{key}")(
-        ["older-run"], "u1")
+    last, my_runs, text, timer, tabs, pick, metric, group = endpoint(demo, f"preset_{key}")(["older-run"], "u1")
     ids = last["run_ids"]
     assert last["key"] == key and len(ids) == len(preset.runs)
     assert [store.config(r) for r in ids] == list(preset.runs)  # the very configs, names included
     assert {store.status(r)["owner"] for r in ids} == {"u1"}
     assert my_runs == ids + ["older-run"]
-    assert prop(pick, "value") == []  # emptied; the selection comes in a second step, after the curve's change
-    pick = endpoint(demo, f"preset_{key}_select")(last)
-    assert prop(tabs, "selected") == "compare" and prop(pick, "value") == ids and prop(metric, "value") == preset.metric
-    assert prop(group, "value") is True and prop(timer, "active") is True
+    # Compare opens on the preset's runs and curve in the same step (one event redraws it: ui/compare.py)
+    assert prop(tabs, "selected") == "compare" and prop(pick, "value") == ids
+    assert prop(metric, "value") == [preset.metric] and prop(group, "value") is True and prop(timer, "active")
     assert {r for _, r in prop(pick, "choices")} >= set(ids)
-    assert text == note and text.startswith(f"**{preset.title}**: 0 of {len(ids)} runs done")
+    assert text.startswith(f"**{preset.title}**: 0 of {len(ids)} runs done")
+    assert compare_note(demo.lab_context, last, ids) == text  # Compare's note: while exactly these runs are picked
+    assert compare_note(demo.lab_context, last, ids[:-1] + ["other"]) == ""  # never above other runs' curves
 
     gate.set()
     wait_all(jobs, ids)
-    text, note, timer = endpoint(demo, "preset_poll")(last)
+    text, timer = endpoint(demo, "preset_poll")(last)
     results = {store.config(r).name: store.summary(r) for r in ids}
     explanation = preset.explain(results)
     assert "No final results" not in explanation  # every run's summary was found by its name
-    assert text == note == f"**{preset.title}**: {len(ids)} of {len(ids)} runs done. {explanation}"
-    assert prop(timer, "active") is False
+    assert text == f"**{preset.title}**: {len(ids)} of {len(ids)} runs done. {explanation}"
+    assert compare_note(demo.lab_context, last, ids) == text and prop(timer, "active") is False
 
-    text, note, timer = endpoint(demo, "load_presets")(last)  # reopening the page finds it again
+    text, timer = endpoint(demo, "load_presets")(last)  # reopening the page finds it again
     assert explanation in text and prop(timer, "active") is False
-    tabs, _, metric, _, curves = endpoint(demo, "preset_show")(last)
-    assert prop(tabs, "selected") == "compare" and prop(metric, "value") == preset.metric
-    assert prop(endpoint(demo, "preset_show_select")(last), "value") == ids
+    tabs, pick, metric, _ = endpoint(demo, "preset_show")(last)
+    assert prop(tabs, "selected") == "compare" and prop(metric, "value") == [preset.metric]
+    assert prop(pick, "value") == ids
 
 
 def test_preset_status_copes_with_anything_the_browser_sends(setup):
@@ -117,8 +117,7 @@ GRID = ("PE", "rope, alibi", "seed", "1, 2", "", "")
 def test_grid_launch_submits_exactly_the_grid(setup):
     demo, store, jobs, gate = setup
     knobs = knob_values(task="copy", max_len=4, d_model=32, n_heads=2, steps=20)
-    text, my_runs, tabs, pick, _, group, curves = endpoint(demo, "grid_launch")(*knobs, *GRID, [], "u2")
-    assert prop(curves, "value") is None  # emptied: the new runs' curves come with their colours
+    text, my_runs, tabs, pick, _, group = endpoint(demo, "grid_launch")(*knobs, *GRID, [], "u2")
     ids = prop(pick, "value")
     expected = build_grid(config_from_values({"task.name": "copy", "task.max_len": 4, "model.d_model": 32,
                                               "model.n_heads": 2, "train.steps": 20}),

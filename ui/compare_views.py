@@ -14,8 +14,8 @@ from lab.engine.limits import thin
 from lab.params import param_breakdown
 from lab.teach.grid import band, group_runs, spread
 from lab.views.plots import params_figure
-from ui.common import (CONFIG_PREFIXES, CURVES, X_AXES, AppContext, colour_map, curve, label_groups, label_runs,
-                       short_label, with_series)
+from ui.common import (CONFIG_PREFIXES, CURVES, RENAMED, X_AXES, AppContext, colour_map, curve, label_groups, label_runs,
+                       short_label)
 
 # the run table's config columns and the filters come from the fields' declarations (lab/config.py)
 FIELDS = declared_fields()
@@ -24,11 +24,12 @@ FILTER_LABELS = {f.key: f.spec.label for f in FIELDS if f.spec.filter}  # as the
 FILTER_PARAMS = [f.url or f.name for f in FIELDS if f.spec.filter]  # the API's names: task, arch, pos, norm
 CONFIG_LABELS = {f.key: f.spec.label for f in FIELDS}
 TABLE_COLS = {"run_id": "run", "state": "state", **{f.key: f.spec.column for f in FIELDS if f.spec.column},
-              "final.eval.exact_match": "exact-match", "final.ood.exact_match": "exact-match (longer)",
+              "final.eval.exact_match": "held-out exact-match", "final.ood.exact_match": "held-out exact-match (longer)",
               "final.params": "parameters", "damaged": "problem"}
-FINALS = {"state": "state", "final.params": "parameters", "step": "steps", "final.train_loss": "train loss",
-          "final.eval.loss": "eval loss", "final.eval.exact_match": "exact-match",
-          "final.ood.exact_match": "exact-match (longer)", "final.wall_s": "wall time (s)"}
+FINALS = {"state": "state", "final.params": "parameters", "step": "steps",
+          "final.train_loss": "train loss (last batch)", "final.train_set.exact_match": "train exact-match",
+          "final.eval.loss": "held-out loss", "final.eval.exact_match": "held-out exact-match",
+          "final.ood.exact_match": "held-out exact-match (longer)", "final.wall_s": "wall time (s)"}
 GROUP_METRICS = {k: v for k, v in FINALS.items() if k.startswith("final.") and k != "final.params"}
 GROUP_COLS = ["group", "runs", "seeds", "finished", *GROUP_METRICS.values()]
 SMOOTHING = 0.9  # train loss is one noisy batch a step (lengths vary): smoothed unless the user says not
@@ -49,7 +50,7 @@ def filtered(ctx: AppContext, filters: list[Optional[list[str]]]) -> pd.DataFram
 def run_table(df: pd.DataFrame) -> pd.DataFrame:
     cols = [c for c in TABLE_COLS if c in df.columns]
     out = df[cols].rename(columns=TABLE_COLS)
-    for c in ("exact-match", "exact-match (longer)"):
+    for c in ("held-out exact-match", "held-out exact-match (longer)"):
         if c in out.columns:
             out[c] = out[c].map(lambda v: "" if pd.isna(v) else f"{v:.3f}")
     return out.iloc[::-1].reset_index(drop=True)  # newest first
@@ -82,22 +83,54 @@ def run_labels(ctx: AppContext, run_ids: Optional[list[str]],
     return label_runs({r: listing.loc[r].to_dict() for r in dict.fromkeys(run_ids or [])})
 
 
+def metric_list(metric: Any) -> list[str]:
+    """The curves picked (the Curves control is a multiselect; an API call may send one name): a list of
+    CURVES names, at least one; an unknown name is refused with the allowed ones."""
+    names = [metric] if isinstance(metric, str) else list(metric or [])
+    for m in names:
+        if m not in CURVES and m not in RENAMED:
+            raise ValueError(f"Curves: {m!r} is not a curve (allowed: {', '.join(CURVES)})")
+    return list(dict.fromkeys(RENAMED.get(m, m) for m in names)) or ["train loss (batch)"]
+
+
+def series_frames(ctx: AppContext, run_ids: list[str], metrics: list[str], x: str, smoothing: float,
+                  labels: Optional[dict[str, str]] = None,
+                  ) -> tuple[dict[str, pd.DataFrame], dict[str, tuple[str, int]]]:
+    """The curves of `run_ids` (each run's metrics read once), one frame (x, value) per run and metric in
+    the selection's order, named by the run's label (and the metric, when several are drawn), and for each
+    series (the run's label, the metric's index). Long runs are thinned evenly (the page stays light)."""
+    labels = run_labels(ctx, run_ids) if labels is None else labels
+    points = ctx.jobs.limits.max_live_points
+    series, styles = {}, {}
+    for r, label in labels.items():
+        m = ctx.store.metrics(r)
+        for i, metric in enumerate(metrics):
+            name = label if len(metrics) == 1 else f"{label} · {metric}"
+            series[name] = thin(curve(m, metric, x, smoothing), points)
+            styles[name] = (label, i)
+    return series, styles
+
+
 def compare_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoothing: float, diff_only: bool,
                    with_params: bool = True, listing: Optional[pd.DataFrame] = None,
                    ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Any]:
-    """Curves, final metrics, config table and parameter figure (None without runs or `with_params`: the
-    live timer redraws only what changes while runs train). `listing`: the store's listing indexed by run
-    id, if the caller has read it already."""
+    """Curves (long format: x, value, run), final metrics, config table and parameter figure (None without
+    runs or `with_params`). `listing`: the store's listing indexed by run id, if the caller has read it."""
     listing = ctx.store.list().set_index("run_id") if listing is None else listing
     labels = run_labels(ctx, run_ids, listing)
     run_ids = list(labels)
-    points = ctx.jobs.limits.max_live_points  # long runs: evenly thinned, so the page stays light
-    curves = [thin(curve(ctx.store.metrics(r), metric, x, smoothing), points).assign(run=labels[r]) for r in run_ids]
+    series, _ = series_frames(ctx, run_ids, [metric], x, smoothing, labels)
     empty = pd.DataFrame({"x": [], "value": [], "run": pd.Series([], dtype=object)})  # run: nominal, even empty
-    curves_df = pd.concat(curves) if curves else empty
-    curves_df = with_series(curves_df, "run", tuple(labels.values()), "x")  # runs without points yet included
-    order = pd.Categorical(curves_df["run"], categories=list(labels.values()))
-    curves_df = curves_df.iloc[order.argsort(kind="stable")]  # series appear in the selection's order
+    curves_df = pd.concat([df.assign(run=name) for name, df in series.items()]) if series else empty
+    return (curves_df, *final_tables(ctx, run_ids, diff_only, listing, with_params))
+
+
+def final_tables(ctx: AppContext, run_ids: list[str], diff_only: bool, listing: pd.DataFrame,
+                 with_params: bool) -> tuple[pd.DataFrame, pd.DataFrame, Any]:
+    """Final metrics, config table and parameter figure (None unless `with_params`), from the listing
+    alone: no metrics are read."""
+    labels = run_labels(ctx, run_ids, listing)
+    run_ids = list(labels)
     finals = pd.DataFrame([{"run": labels[r], **{name: listing.loc[r].get(col) for col, name in FINALS.items()}}
                            for r in run_ids], columns=["run", *FINALS.values()])
     finals = finals.round(4).assign(**{"wall time (s)": finals["wall time (s)"].astype(float).round(1)})
@@ -107,7 +140,7 @@ def compare_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smo
         configs = configs.loc[:, configs.astype(str).nunique() > 1]
     configs = configs.rename(index=labels, columns=CONFIG_LABELS).reset_index(names="run")
     parts = {labels[r]: param_breakdown(ctx.store.config(r)) for r in run_ids} if with_params else {}
-    return curves_df, finals, configs, params_figure(parts) if parts else None
+    return finals, configs, params_figure(parts) if parts else None
 
 
 def run_curve(metrics: pd.DataFrame, metric: str, x: str, smoothing: float) -> pd.DataFrame:

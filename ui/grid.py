@@ -16,7 +16,7 @@ import gradio as gr
 from lab.config import ConfigError, in_words
 from lab.teach.grid import AXES, MAX_AXES, MAX_RUNS, build_grid
 from ui.common import AppContext, errors_as_messages, with_api_params, remember_runs
-from ui.compare import reset_curves, select
+from ui.compare import opening
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values
 
 EXAMPLES = {"PE": "rope, alibi", "norm": "pre, post", "heads": "1, 2, 4", "layers": "1, 2",
@@ -50,8 +50,7 @@ class GridPanel:
             ids = ctx.jobs.submit_many(cfgs, owner=who if isinstance(who, str) else "")
             text = (f"✅ **Launched {len(ids)} runs** ({', '.join(c.name for c in cfgs[:4])}"
                     f"{', …' if len(cfgs) > 4 else ''}). Compare shows them as they train.")
-            return (text, remember_runs(runs, ids), gr.Tabs(selected="compare"),
-                    select(ctx, ids), gr.skip(), gr.Checkbox(value=True), reset_curves())
+            return text, remember_runs(runs, ids), gr.Tabs(selected="compare"), *opening(ctx, ids)
 
         inputs = self.knob_inputs + _axis_inputs(self) + [self.my_runs, self.owner]
         self.launch.click(with_api_params(on_launch, api_names() + ["my_runs", "owner"]), inputs=inputs,

@@ -27,7 +27,7 @@ from lab.engine.storefs import DamagedRunError, RunIdError, RunNotFoundError
 from lab.views.analysis import load_model
 from lab.views.probing import importance_map, knockout_summary
 from ui.common import AppContext, errors_as_messages, remember_runs
-from ui.compare import reset_curves, select
+from ui.compare import opening as compare_opening
 
 POLL_S = 2.0
 _KNOCKOUTS: dict[str, dict] = {}  # run id -> knockout summary of its final weights
@@ -179,12 +179,16 @@ def run_result(ctx: AppContext, run_id: str, summary: dict, knockout: bool = Fal
                     knockout_of(ctx, run_id) if knockout else None)
 
 
-def opening(preset: Preset) -> tuple:
-    """Compare's curve and grouping, and an emptied plot (CompareTab.opener's order). The selection comes
-    in a second step (`preset_select`): a curve change and a selection change sent together start two
-    compares at once, and the one with the old selection (slower: more runs) could finish last and stay
-    on screen. So the first step empties the selection (a compare of nothing is quick)."""
-    return gr.update(value=[]), gr.update(value=preset.metric), gr.Checkbox(value=True), reset_curves()
+def opening(ctx: AppContext, preset: Preset, run_ids: list[str]) -> tuple:
+    """Compare on the preset's runs, with its curve and grouping (CompareTab.opener's order)."""
+    return compare_opening(ctx, run_ids, preset.metric)
+
+
+def compare_note(ctx: AppContext, last: Any, run_ids: list[str]) -> str:
+    """Compare's note above the curves: the last preset's progress or explanation while exactly its runs
+    are picked, else nothing (its sentence never stands above other runs' curves)."""
+    _, ids = last_runs(ctx, last)
+    return status(ctx, last)[0] if ids and set(ids) == set(run_ids) else ""
 
 
 @dataclass
@@ -201,7 +205,8 @@ class PresetsTab:
 
     def wire(self, tabs: gr.Tabs, compare: Any, my_runs: gr.BrowserState, owner: gr.BrowserState) -> None:
         """Register the buttons once Compare exists. On page load, `demo.load(self.on_load, inputs=self.last,
-        outputs=[self.status, compare.note, self.timer])` restores the last preset's progress or explanation."""
+        outputs=[self.status, self.timer])` restores the last preset's progress or explanation (Compare's note
+        follows its own selection: compare_note)."""
         ctx = self.ctx
         opens = [tabs, *compare.opener()]
 
@@ -211,27 +216,21 @@ class PresetsTab:
                 ids = ctx.jobs.submit_many(list(preset.runs), owner=who if isinstance(who, str) else "")
                 last = {"key": preset.key, "run_ids": ids}
                 text, live = status(ctx, last)
-                return (last, remember_runs(runs, ids), text, text, gr.Timer(active=live),
-                        gr.Tabs(selected="compare"), *opening(preset))
+                return (last, remember_runs(runs, ids), text, gr.Timer(active=live),
+                        gr.Tabs(selected="compare"), *opening(ctx, preset, ids))
             on_click.__name__ = f"run_preset_{preset.key}"
             return on_click
 
-        @errors_as_messages
-        def on_select(last: Any):
-            _, ids = last_runs(ctx, last)
-            return select(ctx, ids) if ids else gr.skip()
-
-        outputs = [self.last, my_runs, self.status, compare.note, self.timer, *opens]
+        outputs = [self.last, my_runs, self.status, self.timer, *opens]
         for key, button in self.buttons.items():
-            button.click(launcher(PRESETS[key]), inputs=[my_runs, owner], outputs=outputs, api_name=f"preset_{key}"
-                         ).success(on_select, inputs=self.last, outputs=compare.pick, api_name=f"preset_{key}_select")
+            button.click(launcher(PRESETS[key]), inputs=[my_runs, owner], outputs=outputs, api_name=f"preset_{key}")
 
         @errors_as_messages
         def on_poll(last: Any):
             text, live = status(ctx, last)
-            return text, text, gr.Timer(active=live)
+            return text, gr.Timer(active=live)
 
-        self.timer.tick(on_poll, inputs=self.last, outputs=[self.status, compare.note, self.timer],
+        self.timer.tick(on_poll, inputs=self.last, outputs=[self.status, self.timer],
                         api_name="preset_poll", show_progress="hidden")
 
         @errors_as_messages
@@ -239,10 +238,9 @@ class PresetsTab:
             preset, ids = last_runs(ctx, last)
             if preset is None or not ids:
                 raise gr.Error("No preset has been run from this browser yet (or its runs were deleted).")
-            return gr.Tabs(selected="compare"), *opening(preset)
+            return gr.Tabs(selected="compare"), *opening(ctx, preset, ids)
 
-        self.show.click(on_show, inputs=self.last, outputs=opens, api_name="preset_show").success(
-            on_select, inputs=self.last, outputs=compare.pick, api_name="preset_show_select")
+        self.show.click(on_show, inputs=self.last, outputs=opens, api_name="preset_show")
 
         # the cards' estimates and last results follow the server: when the tab is opened, while a preset
         # trains, and once more when this browser's preset line changes (its last run finished: a tick's
@@ -278,6 +276,6 @@ def build_presets_tab(ctx: AppContext, last: gr.BrowserState) -> PresetsTab:
     @errors_as_messages
     def on_load(stored: Any):
         text, live = status(ctx, stored)
-        return text, text, gr.Timer(active=live)
+        return text, gr.Timer(active=live)
 
     return PresetsTab(last, status_md, timer, buttons, show, on_load, ctx, tab, card_mds)

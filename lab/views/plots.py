@@ -235,8 +235,9 @@ def params_figure(breakdowns: dict[str, dict[str, int]]) -> Figure:
 
 
 def curves_figure(df: pd.DataFrame, x: str, y: str, color: str, title: str = "",
-                  band: Optional[tuple[str, str]] = None) -> Figure:
-    """Line per `color` group of a long-format frame (for PNG export of the compare curves)."""
+                  band: Optional[tuple[str, str]] = None, x_label: str = "", y_label: str = "") -> Figure:
+    """Line per `color` group of a long-format frame (for PNG export of the compare curves), the axes
+    titled `x_label` and `y_label` (default: the column names)."""
     fig = Figure(figsize=(8, 4.5), layout="constrained")
     ax = fig.subplots()
     for name, g in df.groupby(color, sort=False):
@@ -244,8 +245,8 @@ def curves_figure(df: pd.DataFrame, x: str, y: str, color: str, title: str = "",
         line, = ax.plot(g[x], g[y], label=str(name), lw=1.4)
         if band is not None:
             ax.fill_between(g[x], g[band[0]], g[band[1]], color=line.get_color(), alpha=0.2)
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    ax.set_xlabel(x_label or x)
+    ax.set_ylabel(y_label or y)
     ax.set_title(title)
     if df[color].nunique() <= 12:
         ax.legend(fontsize=8)
