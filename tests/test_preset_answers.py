@@ -38,7 +38,7 @@ def test_encoder_decoder_names_the_anti_diagonal_head_and_its_share():
     cross[1, 2, range(t), [t - 1 - i for i in range(t)]] = 0.9  # one head reads L-1-t
     assert anti_diagonal(cross) == (1, 2, np.float32(0.9))
     text = PRESETS["encoder_decoder"].explain({"encoder-decoder": measured(summ(0.01, 1.0), attention={"cross": cross})})
-    assert "layer 2, head 3 puts 90% of output position t's cross-attention on input position L-1-t" in text, text
+    assert "layer 1 head 2 puts 90% of output position t's cross-attention on input position L-1-t" in text, text
 
 
 def test_grokking_says_when_test_accuracy_jumped_after_training_fitted():
