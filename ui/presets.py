@@ -105,7 +105,7 @@ def last_result(ctx: AppContext, preset: Preset, runs: dict[str, tuple[str, str]
         while len(_RESULTS) > 64:
             _RESULTS.pop(next(iter(_RESULTS)))
     when = max(updated for _, updated in runs.values())[:16].replace("T", " ")
-    return f"**Last result on this server** (runs finished by {when} UTC): {_RESULTS[key]}"
+    return f"**Last result on this server** (finished by {when} UTC): {_RESULTS[key]}"
 
 
 def last_runs(ctx: AppContext, last: Any) -> tuple[Preset | None, list[str]]:
