@@ -67,6 +67,23 @@ def test_cost_schedule_matches_the_training_loop():
         assert c.upto(0) == 0 and c.upto(130) < c.loop_s
 
 
+def test_an_evaluation_costs_its_held_out_sets_and_the_training_set():
+    from lab.engine.cost import TYPICAL, eval_sets, set_seconds, train_samples
+    from lab.evaluation import train_samples as measured_samples
+
+    assert [train_samples(n) for n in (1, 2, 7, 512)] == [measured_samples(n) for n in (1, 2, 7, 512)] == [1, 1, 4, 256]
+    for task in ("copy", "text", "modular_addition"):
+        cfg = replace(BASE, task=TaskConfig(name=task, min_len=4, max_len=6))
+        held, ood, train = (set_seconds(cfg, split, n) for split, n in eval_sets(cfg))
+        assert eval_sets(cfg)[2] == ("train", cfg.train.eval_samples // 2)
+        assert cost(cfg).eval_s == pytest.approx(TYPICAL * (held + ood + train))
+        # the training set is the held-out set's lengths with half the samples: cheaper, but not free
+        assert 0.3 * held < train < held, (task, held, train)
+        assert (ood == 0) == (task != "copy")  # text and modular addition have no longer lengths
+        fewer = replace(cfg, train=replace(cfg.train, eval_samples=cfg.train.eval_samples // 2))
+        assert set_seconds(fewer, "eval", fewer.train.eval_samples) == pytest.approx(train)
+
+
 # ---- the simulation ----------------------------------------------------------------------------------
 def test_concurrency_slows_each_job_and_a_busy_machine_shares_what_is_left():
     assert contention(1, 2.0, 2) == 1.0

@@ -3,7 +3,9 @@
 It only has to get *relative* costs right: lab/engine/estimate.py scales it by the speed measured on the
 server (the runs training now, or its last finished runs). Training FLOPs per step follow PaLM's count
 (Chowdhery et al. 2022, app. B): 6 N_matmul per token plus 12 n_layers d_model T for the attention scores
-and values; an evaluation is a forward pass (a third of that). Models this small are bound by per-op
+and values; an evaluation is a forward pass (a third of that) over each of its sets: the held-out samples
+at the training lengths and at the longer ones, and half as many samples of the training distribution
+(lab/evaluation.py). Models this small are bound by per-op
 overhead and memory traffic, not FLOPs, so a step also pays a fixed cost, a cost per block, one per
 activation element (LayerNorm, GELU, residual adds) and one per attention score (softmax, masks). The
 constants were fitted (non-negative least squares on the relative error) to the CPU time of 1-thread
@@ -35,6 +37,7 @@ FIXED_S = 0.4  # per run, outside the loop: hand-over to a worker, eval data, mo
 # 1.48x this model's time; throughput.py's median steps for S, M, L: 1.37-1.47x). An "idle core" here is
 # that quiet machine's typical speed.
 TYPICAL = 1.4
+TRAIN_SHARE = 2  # lab/evaluation.py's TRAIN_SHARE (torch-free here): the training set is the held-out count / 2
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,28 @@ def _pass(cfg: RunConfig, rows: int, length: int, per: tuple[float, float, float
     return flops * per[0] + elements * per[1] + scores * per[2]
 
 
+def train_samples(eval_samples: int) -> int:
+    """Samples of the training distribution each evaluation measures (lab.evaluation.train_samples)."""
+    return max(1, -(-eval_samples // TRAIN_SHARE))
+
+
+def eval_sets(cfg: RunConfig) -> tuple[tuple[str, int], ...]:
+    """(split, samples) of each set an evaluation measures: held out at the training lengths ("eval") and at
+    the longer ones ("ood"; no lengths, no cost, where the task has none), and the training set ("train")."""
+    n = cfg.train.eval_samples
+    return ("eval", n), ("ood", n), ("train", train_samples(n))
+
+
+def set_seconds(cfg: RunConfig, split: str, samples: int) -> float:
+    """Modelled seconds (before TYPICAL) of one evaluation set: as lab.tasks.eval_batches, `samples` spread
+    evenly over the split's lengths, 256 a batch."""
+    m = cfg.model
+    blocks = m.n_layers * (2 if m.arch == "encoder-decoder" else 1)
+    lens = task_shape(cfg.task.name).lengths(cfg.task, split)
+    per_len = max(1, -(-samples // len(lens))) if lens else 0
+    return sum(-(-per_len // 256) * EVAL_BATCH_S * blocks + _pass(cfg, per_len, n, EVAL_S) for n in lens)
+
+
 @functools.lru_cache(maxsize=4096)
 def cost(cfg: RunConfig) -> Cost:
     """The modelled cost of a run (cached: a config is frozen)."""
@@ -105,12 +130,7 @@ def cost(cfg: RunConfig) -> Cost:
     blocks = m.n_layers * (2 if m.arch == "encoder-decoder" else 1)
     train = task.lengths(cfg.task, "train")
     step_s = STEP_S + BLOCK_S * blocks + sum(_pass(cfg, tc.batch_size, n, TRAIN_S) for n in train) / len(train)
-    eval_s = 0.0
-    for split in ("eval", "ood"):  # as lab.tasks.eval_batches: samples spread over the lengths, 256 a batch
-        lens = task.lengths(cfg.task, split)
-        per_len = max(1, -(-tc.eval_samples // len(lens))) if lens else 0
-        for n in lens:
-            eval_s += -(-per_len // 256) * EVAL_BATCH_S * blocks + _pass(cfg, per_len, n, EVAL_S)
+    eval_s = sum(set_seconds(cfg, split, n) for split, n in eval_sets(cfg))
     k = tc.snapshots
     snaps = () if k == 0 else (tc.steps,) if k == 1 else tuple(sorted({round(i * tc.steps / (k - 1)) for i in range(k)}))
     return Cost(tc.steps, TYPICAL * step_s, TYPICAL * eval_s, tc.eval_every, TYPICAL * SNAPSHOT_S, snaps)
