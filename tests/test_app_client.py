@@ -80,8 +80,9 @@ def test_start_poll_then_compare_and_inspect(client, app_server):
     assert set(loss["series"]) == {"train", "held-out"}  # every series, even before it has points
     drawn = loss.dropna(subset=["value"])
     assert set(drawn["series"]) == {"train", "held-out"} and drawn["step"].max() == 150
-    assert set(acc["series"]) == {"training lengths", "longer lengths"}
+    assert set(acc["series"]) == {"held-out", "train", "held-out, longer lengths"}  # reverse: exact-match
     assert acc["value"].dropna().between(0, 1).all() and acc["value"].notna().any()
+    assert "Held-out exact-match" in text and "whole answers right" in text and "On longer inputs" in text
 
     curves, finals, _, params = compare(client, [run_id])
     assert len(curves) > 10 and curves["run"].nunique() == 1 and run_id[-6:] in curves["run"][0]

@@ -23,7 +23,11 @@ from typing import Any, Callable, Optional
 
 import pandas as pd
 
-from ui.common import AppContext
+from lab.engine.limits import thin
+from lab.tasks import get_task
+from lab.taskshapes import headline_metrics
+from lab.teach.loss_reading import headline_sentence, overfitting_sentence
+from ui.common import AppContext, curve, with_series
 
 FAST_S = 1.0  # the refresh while something changes: a running run's curves and step count
 SLOW_S = 3.0  # the refresh after QUIET_POLLS polls in a row found nothing new
@@ -123,3 +127,67 @@ def answer(seen: Seen, run_id: str, text: str, frames_version: Optional[Version]
     quiet = 0 if (new_frames or new_text) else seen.quiet + 1
     interval = SLOW_S if quiet >= QUIET_POLLS else FAST_S
     return Answer(new_text, new_frames, interval, Seen(run_id, frames_version, text, quiet))
+
+
+ACC_TITLE = "Accuracy: the task's headline measure (the sentence above says which)"
+ACC_COLUMNS = {"exact_match": "exact-match", "predictable_acc": "accuracy (predictable positions)",
+               "token_acc": "token accuracy"}  # record column -> the curves' name for it (ui/common.py CURVES)
+
+
+def accuracy_of(task: str) -> str:
+    """The accuracy the live plot draws for `task`: its headline accuracy (lab.taskshapes.headline_metrics),
+    token accuracy for a character model (each next character right)."""
+    return next((c for c in headline_metrics(task) if c in ACC_COLUMNS), "token_acc")
+
+
+def live_frames(ctx: AppContext, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The Train tab's two live plots as long frames (step, value, series): the loss (this step's batch,
+    lightly smoothed, and held out) and the task's headline accuracy on the held-out and training sets
+    (and held out at longer lengths where the task has them)."""
+    m = ctx.store.metrics(run_id)
+    points = ctx.jobs.limits.max_live_points  # a long run's curves stay a fixed size in memory and on the wire
+    m = pd.concat([thin(m[m["kind"] == kind], points) for kind in ("train", "eval")])
+    name = ctx.store.config(run_id).task.name
+    acc = ACC_COLUMNS[accuracy_of(name)]
+    has_ood = get_task(name).has_ood and acc == "exact-match"
+    acc_series = ("held-out", "train", "held-out, longer lengths") if has_ood else ("held-out", "train")
+    # per-step train loss is noisy at batch 32-64: light smoothing, as Compare's default
+    loss = pd.concat([curve(m, "train loss (batch)", smoothing=0.6).assign(series="train"),
+                      curve(m, "held-out loss").assign(series="held-out")])
+    accs = pd.concat([curve(m, f"held-out {acc}").assign(series="held-out"),
+                      curve(m, f"train {acc}").assign(series="train"),
+                      curve(m, "held-out exact-match (longer lengths)").assign(series="held-out, longer lengths")])
+    loss, accs = loss.rename(columns={"x": "step"}), accs.rename(columns={"x": "step"})
+    # every series from the first poll on: a plot never draws a series that was absent when it first drew
+    return (with_series(loss, "series", ("train", "held-out"), "step"),
+            with_series(accs[accs["series"].isin(acc_series)], "series", acc_series, "step"))
+
+
+def progress_text(ctx: AppContext, run_id: str) -> tuple[str, str]:
+    """(state, the Train tab's line on the run): its place in the queue, its progress, or its result in the
+    measures that mean something for its task (lab/teach/loss_reading.py)."""
+    st = ctx.jobs.status(run_id)
+    if st.state == "queued":
+        place = f"place {st.queue_position} in the queue" if st.queue_position else "waiting for a free slot"
+        return st.state, f"⏳ **Queued** ({place}). It starts when a running job finishes."
+    if st.state == "running":
+        rate = f"{st.steps_per_s:.0f} steps/s" if st.steps_per_s else "starting"
+        eta = f" · {st.eta_s:.0f} s left" if st.eta_s is not None else ""
+        loss = f" · batch loss {st.last_loss:.4f}" if st.last_loss is not None else ""
+        pct = 100 * st.step / max(st.total_steps, 1)
+        return st.state, f"🏃 **Running** step {st.step}/{st.total_steps} ({pct:.0f}%) · {rate}{eta}{loss}"
+    summary = ctx.store.summary(run_id) or {}
+    ev, ood = summary.get("eval") or {}, summary.get("ood") or {}
+    res = ""
+    if ev:
+        task = ctx.store.config(run_id).task
+        res = " " + headline_sentence(task, ev)
+        if ood and "exact_match" in headline_metrics(task.name) and ood.get("exact_match") is not None:
+            res += f" On longer inputs: exact-match {ood['exact_match']:.0%}."
+        m = ctx.store.metrics(run_id)
+        res += " " + overfitting_sentence(task, m[m["kind"] == "eval"].to_dict("records")) if len(m) else ""
+    wall = f" in {summary['wall_s']:.1f} s" if summary.get("wall_s") else ""
+    if st.state == "failed":
+        return st.state, f"❌ **Failed**: {st.error}"
+    icon = {"completed": "✅", "stopped": "⏹️", "interrupted": "⚠️"}.get(st.state, "")
+    return st.state, f"{icon} **{st.state.capitalize()}** after {st.step} steps{wall}.{res.rstrip()}"

@@ -10,23 +10,23 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import gradio as gr
-import pandas as pd
 
 from lab.params import param_breakdown
 from lab.config import ConfigError, RunConfig, in_words
 from lab.engine.continuation import checkpoint_step
 from lab.engine.jobs import JobManager
 from lab.fields import shown
-from lab.engine.limits import Limits, check_config, thin, valid_owner
+from lab.engine.limits import Limits, check_config, valid_owner
 from lab.engine.store import DamagedRunError, RunNotFoundError
 from lab.tasks import get_task
-from lab.textdata import text_of, unigram_entropy_nats
-from ui.common import (TERMINAL, AppContext, acting_owner, curve, errors_as_messages, is_run_id, permission,
-                       with_api_params, with_series)
+from lab.taskshapes import loss_baselines
+from lab.textdata import text_of
+from ui.common import (TERMINAL, AppContext, acting_owner, errors_as_messages, is_run_id, permission,
+                       with_api_params)
 from ui.gpu import gpu_available, stop_gpu_run, wire_gpu_button
 from ui.grid import GridPanel, axis_choices, build_grid_panel
 from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, values_from_query, wire_task_choice
-from ui.live import FrameCache, Seen, answer
+from ui.live import ACC_TITLE, FrameCache, Seen, answer, live_frames, progress_text
 from ui.share import build_share_panel
 from ui.textfile import build_text_upload
 
@@ -61,8 +61,9 @@ def describe(cfg: RunConfig, limits: Optional[Limits] = None, jobs: Optional[Job
     if task.name == "text":  # the baseline a character model must beat: the loss of ignoring the context
         text = text_of(cfg.task.text)
         hint += (f"\n\n**{'Your' if cfg.task.text else 'The built-in'} text**: {len(text):,} characters, "
-                 f"{task.vocab_size(cfg.task)} distinct. A model that ignores the context scores at best its "
-                 f"unigram entropy, {unigram_entropy_nats(text):.2f} nats a character (the loss curve's unit).")
+                 f"{task.vocab_size(cfg.task)} distinct. A model that ignores the context scores at best the "
+                 f"unigram entropy of its training 90%, {loss_baselines(cfg.task).unigram:.2f} nats a character "
+                 "(the loss curve's unit).")
     cost = ""
     try:
         if limits is not None:
@@ -88,47 +89,6 @@ def validate(*args: Any, ctx: Optional[AppContext] = None) -> str:
         return describe(config_from_values(_values(args)), *((ctx.jobs.limits, ctx.jobs) if ctx else ()))
     except ConfigError as exc:
         return problem(exc)
-
-
-def progress_text(ctx: AppContext, run_id: str) -> tuple[str, str]:
-    st = ctx.jobs.status(run_id)
-    if st.state == "queued":
-        place = f"place {st.queue_position} in the queue" if st.queue_position else "waiting for a free slot"
-        return st.state, f"⏳ **Queued** ({place}). It starts when a running job finishes."
-    if st.state == "running":
-        rate = f"{st.steps_per_s:.0f} steps/s" if st.steps_per_s else "starting"
-        eta = f" · {st.eta_s:.0f} s left" if st.eta_s is not None else ""
-        loss = f" · loss {st.last_loss:.4f}" if st.last_loss is not None else ""
-        pct = 100 * st.step / max(st.total_steps, 1)
-        return st.state, f"🏃 **Running** step {st.step}/{st.total_steps} ({pct:.0f}%) · {rate}{eta}{loss}"
-    summary = ctx.store.summary(run_id) or {}
-    ev, ood = summary.get("eval") or {}, summary.get("ood") or {}
-    res = ""
-    if ev:
-        res = f" Exact-match {ev['exact_match']:.2f} at training lengths"
-        res += f", {ood['exact_match']:.2f} on longer inputs." if ood else "."
-    wall = f" in {summary['wall_s']:.1f} s" if summary.get("wall_s") else ""
-    if st.state == "failed":
-        return st.state, f"❌ **Failed**: {st.error}"
-    icon = {"completed": "✅", "stopped": "⏹️", "interrupted": "⚠️"}.get(st.state, "")
-    return st.state, f"{icon} **{st.state.capitalize()}** after {st.step} steps{wall}.{res}"
-
-
-def live_frames(ctx: AppContext, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    m = ctx.store.metrics(run_id)
-    points = ctx.jobs.limits.max_live_points  # a long run's curves stay a fixed size in memory and on the wire
-    m = pd.concat([thin(m[m["kind"] == kind], points) for kind in ("train", "eval")])
-    has_ood = get_task(ctx.store.config(run_id).task.name).has_ood
-    acc_series = ("training lengths", "longer lengths") if has_ood else ("training lengths",)
-    # per-step train loss is noisy at batch 32-64: light smoothing, as Compare's default
-    loss = pd.concat([curve(m, "train loss", smoothing=0.6).assign(series="train"),
-                      curve(m, "eval loss").assign(series="held-out")])
-    acc = pd.concat([curve(m, "exact-match (training lengths)").assign(series="training lengths"),
-                     curve(m, "exact-match (longer lengths)").assign(series="longer lengths")])
-    loss, acc = loss.rename(columns={"x": "step"}), acc.rename(columns={"x": "step"})
-    # every series from the first poll on: a plot never draws a series that was absent when it first drew
-    return (with_series(loss, "series", ("train", "held-out"), "step"),
-            with_series(acc[acc["series"].isin(acc_series)], "series", acc_series, "step"))
 
 
 def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.BrowserState) -> TrainTab:
@@ -163,10 +123,11 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                                      info="From the run's last checkpoint.", scale=2)
                     cont = gr.Button("Continue training", size="sm", elem_id="continue-btn", scale=1)
                 cont_note = gr.Markdown("", elem_id="continue-note")
-                loss_plot = gr.LinePlot(x="step", y="value", color="series", title="Loss", y_title="cross-entropy",
-                                        elem_id="live-loss", height=260)
-                acc_plot = gr.LinePlot(x="step", y="value", color="series", title="Exact-match (held-out)",
-                                       y_title="exact-match", y_lim=[0, 1], elem_id="live-acc", height=260)
+                # fixed titles: a changed title redraws with the data from before the update (ui/compare.py)
+                loss_plot = gr.LinePlot(x="step", y="value", color="series", title="Loss (nats a token)",
+                                        y_title="cross-entropy", elem_id="live-loss", height=260, x_axis_format="d")
+                acc_plot = gr.LinePlot(x="step", y="value", color="series", title=ACC_TITLE, y_title="accuracy",
+                                       y_lim=[0, 1], elem_id="live-acc", height=260, x_axis_format="d")
                 build_share_panel(widgets, ctx.jobs.limits.max_upload_bytes)
                 grid = build_grid_panel(ctx, widgets, my_runs, owner)
         timer = gr.Timer(POLL_S, active=False)
