@@ -34,6 +34,10 @@ def start_run(page, app, previous: str | None) -> str:
     return run_id
 
 
+X_TICKS = """(sel) => [...document.querySelectorAll(sel + ' g.role-axis')].filter(a => a.getAttribute('aria-label')
+    ?.startsWith('X-axis')).flatMap(a => [...a.querySelectorAll('g.role-axis-label text')].map(t => t.textContent))"""
+
+
 def test_train_compare_inspect_in_chromium(page, browser_app):
     from playwright.sync_api import expect
 
@@ -49,6 +53,9 @@ def test_train_compare_inspect_in_chromium(page, browser_app):
     wait_lines(page, "#live-loss", 2)
     wait_lines(page, "#live-acc", 1)
     assert set(page.evaluate(LEGEND, "#live-loss")) == {"train", "held-out"}
+    for plot in ("#live-loss", "#live-acc"):  # steps are whole numbers: '110', never '110.000000'
+        ticks = page.evaluate(X_TICKS, plot)
+        assert ticks and all(t.replace(",", "").isdigit() for t in ticks), ticks
     assert_no_errors(page)
     shoot(page, SHOTS / "train.png")
 

@@ -62,8 +62,10 @@ def curves_view(ctx: AppContext, c: Controls, labels: dict[str, str]) -> Any:
     colours = colour_map(list(labels.values()))
     by_series = {name: colours[run] for name, (run, _) in styles.items()}
     dashes = {name: ("solid", "dash", "dot", "dashdot")[i % 4] for name, (_, i) in styles.items()}
-    y_title = " / ".join(c.metrics)
-    return curves_plot(series, c.x, y_title, by_series, title="Selected runs", dashes=dashes)
+    if len(c.metrics) == 1:
+        return curves_plot(series, c.x, c.metrics[0], by_series, title="Selected runs", dashes=dashes)
+    # several curves: they are named in the title and the legend (a y-axis title that long covers the plot)
+    return curves_plot(series, c.x, "", by_series, title=" / ".join(c.metrics), dashes=dashes)
 
 
 def group_view(ctx: AppContext, c: Controls, listing: pd.DataFrame) -> tuple[Any, Any]:

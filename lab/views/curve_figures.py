@@ -17,7 +17,8 @@ from typing import Any, Mapping, Optional
 
 import pandas as pd
 
-HEIGHT = 360
+HEIGHT = 300  # the plot area; the legend below adds a row per series (a phone shows one series a row)
+LEGEND_ROW = 20
 
 
 def _number(v: Any) -> Optional[float]:
@@ -40,11 +41,12 @@ def curves_plot(series: Mapping[str, pd.DataFrame], x_title: str, y_title: str, 
             line={"color": colours.get(name), "width": 2, "dash": (dashes or {}).get(name, "solid")},
             hovertemplate=f"{name}<br>{x_title} %{{x}}<br>{y_title} %{{y:.4g}}<extra></extra>",
             showlegend=True))
-    fig.update_layout(
-        title={"text": title, "font": {"size": 14}}, height=HEIGHT, template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 40 if title else 20, "b": 40},
-        xaxis={"title": {"text": x_title}}, yaxis={"title": {"text": y_title}},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0, "font": {"size": 11}},
+    fig.update_layout(  # margins grow to fit the axis labels and the legend (a phone's 390 px included)
+        title={"text": title, "font": {"size": 14}, "x": 0, "xanchor": "left", "y": 0.98, "yanchor": "top"},
+        height=HEIGHT + LEGEND_ROW * min(len(series), 20), template="plotly_white", margin={"l": 10, "r": 10, "t": 36 if title else 10, "b": 10},
+        xaxis={"title": {"text": x_title, "standoff": 6}, "automargin": True},
+        yaxis={"title": {"text": y_title, "standoff": 6, "font": {"size": 12}}, "automargin": True},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.22, "x": 0, "font": {"size": 11}},
         hovermode="closest")
     if not series:
         fig.add_annotation(text="Pick runs above to draw their curves.", showarrow=False, x=0.5, y=0.5,
