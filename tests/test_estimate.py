@@ -71,7 +71,8 @@ def test_an_evaluation_costs_its_held_out_sets_and_the_training_set():
     from lab.engine.cost import TYPICAL, eval_sets, set_seconds, train_samples
     from lab.evaluation import train_samples as measured_samples
 
-    assert [train_samples(n) for n in (1, 2, 7, 512)] == [measured_samples(n) for n in (1, 2, 7, 512)] == [1, 1, 4, 256]
+    sizes = (1, 2, 7, 512)
+    assert [train_samples(n) for n in sizes] == [measured_samples(n) for n in sizes] == [1, 1, 4, 256]
     for task in ("copy", "text", "modular_addition"):
         cfg = replace(BASE, task=TaskConfig(name=task, min_len=4, max_len=6))
         held, ood, train = (set_seconds(cfg, split, n) for split, n in eval_sets(cfg))
