@@ -7,7 +7,9 @@
 
 `ablate` prints the held-out metrics of the intact and the intervened model (lab/views/probing.py's
 `ablation_report`: at the training lengths and at longer ones); with --importance, the layers x heads map
-of held-out loss and exact-match with each head knocked out alone. `sample` prints what a decoder run
+of held-out loss and exact-match with each head knocked out alone. The tables show what means something for
+the run's task (lab/views/probing.py `quoted`): a text run's loss alone, induction's loss and accuracy on the
+predictable positions; the JSON keeps every metric. `sample` prints what a decoder run
 writes after a typed prompt. With --json, stdout carries exactly one JSON object. A bad value exits with
 status 2 and one line naming the flag (lab/cli.py's `main` prints it), never a traceback.
 """
@@ -138,14 +140,20 @@ def cmd_ablate(args: argparse.Namespace, store: Any) -> int:
     print(_run_line(args.run_id, cfg))
     print("interventions: " + "; ".join(report["interventions"]))
     print(f"held-out metrics on {measured_on(report['n'], at)}")
-    print(f"{'':24}{'loss':>9}{'token acc':>11}{'exact-match':>13}")
+    columns = [(key, title, width) for key, title, width in _COLUMNS if key in report["quoted"]]
+    print(f"{'':24}" + "".join(f"{title:>{width}}" for _, title, width in columns))
     for split, name in (("eval", "training lengths"), ("ood", "longer lengths")):
         for which in ("intact", "ablated"):
             m = report[which][split]
             if m is not None:
-                print(f"{name if which == 'intact' else '':17}{which:<7}{m['loss']:9.3f}{m['token_acc']:11.3f}"
-                      f"{m['exact_match']:13.3f}")
+                print(f"{name if which == 'intact' else '':17}{which:<7}"
+                      + "".join(format(m[key], f"{width}.3f") for key, _, width in columns))
     return 0
+
+
+# the ablate table's columns: metric key, title, width
+_COLUMNS = (("loss", "loss", 9), ("token_acc", "token acc", 11), ("exact_match", "exact-match", 13),
+            ("predictable_acc", "acc (predictable)", 19))
 
 
 def _run_line(run_id: str, cfg: RunConfig) -> str:
@@ -166,13 +174,17 @@ def _importance(args: argparse.Namespace, cfg: RunConfig, model: "Transformer", 
            "intact": {"loss": imp.intact_loss, "exact_match": imp.intact_exact},
            "loss": imp.loss.tolist(), "exact_match": imp.exact.tolist(), "ranked": ranked,
            "sentence": imp.sentence(step)}
+    if imp.predictable is not None:  # induction
+        out["intact"]["predictable_acc"] = imp.intact_predictable
+        out["predictable_acc"] = imp.predictable.tolist()
     if args.json:
         print(json.dumps(out))
         return 0
     print(_run_line(args.run_id, cfg))
     heads = "".join(f"{f'head {h}':>9}" for h in range(cfg.model.n_heads))
+    beside = imp.beside()  # exact-match, induction's accuracy on the predictable positions, or none (text)
     for title, grid, intact, fmt in (("held-out loss", imp.loss, imp.intact_loss, "9.3f"),
-                                     ("exact-match", imp.exact, imp.intact_exact, "9.3f")):
+                                     *([(beside[0], beside[1], beside[2], "9.3f")] if beside else [])):
         print(f"\n{title} with each head knocked out ({imp.mode}; intact {intact:.3f})")
         print(f"{'':8}{heads}")
         for layer, row in enumerate(grid):

@@ -78,7 +78,7 @@ def test_preset_card_inspect_and_learn_quote_one_held_out_loss_and_one_knockout(
     cache = MapCache()
     grid, grid_note = api_call(ctx, cache, "importance", two, "zero")
     layer_i, head_i, intact_i, ablated_i, n_i, step_i = found(
-        rf"Knocking out layer (\d+) head (\d+) raises held-out loss from {NUM} to {NUM} \(exact-match [^;]*; "
+        rf"Knocking out layer (\d+) head (\d+) raises held-out loss from {NUM} to {NUM} \(accuracy on the predictable positions \d+% to \d+%; "
         r"(\d+) held-out sequences at step (\d+)\)", grid_note)
     headers, data = grid.value["headers"], grid.value["data"]
     row = next(r for r in data if r[0] == f"layer {layer_i}")
@@ -91,7 +91,7 @@ def test_preset_card_inspect_and_learn_quote_one_held_out_loss_and_one_knockout(
     # Learn: page 12's caption and the rise it draws in the map's cell
     fig, _, caption = page_view(ctx, "interventions", two, "")
     layer_l, head_l, intact_l, ablated_l, n_l, step_l = found(
-        rf"Knocking out layer (\d+) head (\d+) raises held-out loss from {NUM} to {NUM} \(exact-match [^;]*; "
+        rf"Knocking out layer (\d+) head (\d+) raises held-out loss from {NUM} to {NUM} \(accuracy on the predictable positions \d+% to \d+%; "
         r"(\d+) held-out sequences at step (\d+)\)", caption)
     drawn = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in fig.axes[0].texts}
 

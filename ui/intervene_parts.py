@@ -166,8 +166,10 @@ def lens_parts(cfg: RunConfig, model: Transformer, probe: Optional[ProbeInput]) 
 
 def importance_parts(cfg: RunConfig, model: Transformer, maps: list, step: Optional[int] = None) -> dict[str, Any]:
     """The importance grid and its sentence, which says what it was measured on (`step`: the weights')."""
+    beside = maps[0].beside()  # exact-match; induction: accuracy on the predictable positions; text: none
+    then = "" if beside is None else f", then {beside[0]}"
     note = (f"**{importance_sentence(maps, step)}** Each cell: the change in held-out loss when that head alone is "
-            f"knocked out ({maps[0].mode}), then exact-match. Click a cell to knock that head out.")
+            f"knocked out ({maps[0].mode}){then}. Click a cell to knock that head out.")
     return {"grid": table(importance_frame(maps)), "grid_note": note}
 
 

@@ -65,19 +65,23 @@ def answer_summary(answer: Answer) -> str:
 
 # ---- held-out metrics, intact and intervened --------------------------------------------------------
 METRIC_ROWS = (("loss", "loss", "{:.3f}"), ("token accuracy", "token_acc", "{:.1%}"),
-               ("exact-match", "exact_match", "{:.1%}"))
+               ("exact-match", "exact_match", "{:.1%}"),
+               ("accuracy (predictable positions)", "predictable_acc", "{:.1%}"))
 SPLIT_NAMES = {"eval": "training lengths", "ood": "longer lengths"}
 
 
 def metrics_frame(report: dict) -> pd.DataFrame:
     """`ablation_report`'s result as rows (metric at training lengths, then at longer ones where the task has
-    them) and columns intact / with interventions."""
+    them) and columns intact / with interventions: the metrics the report quotes for its task (a text run's
+    loss alone, induction's loss and accuracy on the predictable positions), else loss, token accuracy and
+    exact-match."""
+    keys = report.get("quoted") or ("loss", "token_acc", "exact_match")
     rows = []
     for split, where in SPLIT_NAMES.items():
         intact, ablated = report["intact"].get(split), report["ablated"].get(split)
         if intact is None:
             continue
-        for name, key, fmt in METRIC_ROWS:
+        for name, key, fmt in (r for k in keys for r in METRIC_ROWS if r[1] == k and k in intact):
             rows.append({"held-out metric": f"{name} ({where})", "intact": fmt.format(intact[key]),
                          "with interventions": fmt.format(ablated[key])})
     return pd.DataFrame(rows)
@@ -91,14 +95,16 @@ def importance_rows(maps: Sequence[ImportanceMap]) -> list[tuple[str, int]]:
 
 def importance_frame(maps: Sequence[ImportanceMap]) -> Styler:
     """A layers x heads grid per attention kind: each cell the change in held-out loss when that head alone
-    is knocked out, and the exact-match then, coloured by the loss change (viridis, shared by every kind)."""
+    is knocked out, and the accuracy then (`ImportanceMap.beside`: exact-match, induction's accuracy on the
+    predictable positions, none for text), coloured by the loss change (viridis, shared by every kind)."""
     rows = importance_rows(maps)
     n_heads = maps[0].loss.shape[1]
     rise = np.concatenate([m.loss - m.intact_loss for m in maps])  # (rows, heads)
-    exact = np.concatenate([m.exact for m in maps])  # (rows, heads)
+    beside = [m.beside() for m in maps]
+    acc = None if None in beside else np.concatenate([b[1] for b in beside])  # (rows, heads)
     heads = [f"head {h}" for h in range(n_heads)]
-    frame = pd.DataFrame([[f"{ROW_PREFIX[k]}layer {layer}"] + [f"{rise[r, h]:+.2f} · {exact[r, h]:.0%}"
-                                                               for h in range(n_heads)]
+    cell = lambda r, h: f"{rise[r, h]:+.2f}" + ("" if acc is None else f" · {acc[r, h]:.0%}")  # noqa: E731
+    frame = pd.DataFrame([[f"{ROW_PREFIX[k]}layer {layer}"] + [cell(r, h) for h in range(n_heads)]
                           for r, (k, layer) in enumerate(rows)], columns=["layer"] + heads)
     top = max(float(rise.max()), 1e-9)
     cmap = colormaps["viridis"]

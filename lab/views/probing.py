@@ -10,6 +10,11 @@ CLI's `ablate` and `sample`, and the Learn page on interventions).
 - `importance_map`: layers x heads, how much knocking out each head alone changes held-out loss and
   exact-match, one forward pass per head over a fixed held-out batch (Michel et al. 2019);
   `knockout_summary` and `median_ratio` are what the presets, Inspect and Learn quote of it.
+
+What a task's numbers are read by (`quoted`, from lab.taskshapes.headline_metrics): a language model of
+real text (`text`) by its loss only, never right on a whole window; induction by its loss and its accuracy
+on the predictable positions (its exact-match counts the first token of each repeat, which nothing
+predicts); the other tasks by loss, token accuracy and exact-match.
 - `logit_lens`: what the model would predict if the stack stopped after each layer: the residual
   stream through the final norm and the head (nostalgebraist 2020, "interpreting GPT: the logit lens").
 
@@ -31,6 +36,7 @@ from lab.config import ConfigError, RunConfig
 from lab.interventions import HeadRef, Interventions, applied, head_means, head_name
 from lab.model import Transformer
 from lab.tasks import IGNORE_INDEX, Batch, eval_batches, get_task
+from lab.taskshapes import headline_metrics, loss_baselines
 
 HELD_OUT = 512  # at most this many held-out sequences per measurement (a map is one pass per head)
 MATTERS = 0.01  # nats: a change of held-out loss smaller than this is noise, and no ratio is taken of it
@@ -56,15 +62,25 @@ def held_out(cfg: RunConfig, split: str = "eval", n: Optional[int] = None) -> li
     return eval_batches(cfg.task, cfg.model.arch, split, held_out_size(cfg) if n is None else n)
 
 
+def quoted(task: str) -> tuple[str, ...]:
+    """The metrics the ablation table and the knockout sentence quote for task `task`, most telling first:
+    a language-model task's headline metrics (text: "loss"; induction: "loss", "predictable_acc"), else
+    "loss", "token_acc" and "exact_match"."""
+    head = headline_metrics(task)
+    return head if get_task(task).lm else ("loss", "token_acc", "exact_match")
+
+
 @torch.no_grad()
-def metrics(model: Transformer, batches: list[Batch]) -> Optional[dict[str, float]]:
-    """{"loss", "token_acc", "exact_match"} over the scored positions of `batches` (None if none)."""
-    from lab.trainer import evaluate  # one definition of the held-out metrics
+def metrics(model: Transformer, batches: list[Batch], task: str = "") -> Optional[dict[str, float]]:
+    """{"loss", "token_acc", "exact_match"} over the scored positions of `batches` (None if none), and
+    "predictable_acc" where task `task` (induction) marks predictable positions."""
+    from lab.evaluation import measure  # one definition of the held-out metrics
 
     if not batches:
         return None
-    loss, acc, exact = evaluate(model, batches, torch.device("cpu"))
-    return {"loss": loss, "token_acc": acc, "exact_match": exact}
+    m = measure(model, batches, torch.device("cpu"), get_task(task).predictable if task else None)
+    out = {"loss": m.loss, "token_acc": m.token_acc, "exact_match": m.exact_match}
+    return out if m.predictable_acc is None else out | {"predictable_acc": m.predictable_acc}
 
 
 def means_for(model: Transformer, cfg: RunConfig, spec: Interventions, batches: Optional[list[Batch]] = None):
@@ -77,19 +93,22 @@ def means_for(model: Transformer, cfg: RunConfig, spec: Interventions, batches: 
 
 def ablation_report(model: Transformer, cfg: RunConfig, spec: Interventions, n: Optional[int] = None,
                     means: Optional[dict] = None) -> dict:
-    """{"intact": {"eval": .., "ood": ..}, "ablated": {...}, "interventions": [..], "n": sequences}: held-out
-    metrics at training lengths and at longer ones (None where the task has none), before and with `spec`
-    (`means`: the head means of mean ablation, when the caller has them), on `n` held-out sequences
-    (default: `held_out_size`)."""
+    """{"intact": {"eval": .., "ood": ..}, "ablated": {...}, "interventions": [..], "n": sequences,
+    "quoted": [metric keys]}: held-out metrics at training lengths and at longer ones (None where the task has
+    none), before and with `spec` (`means`: the head means of mean ablation, when the caller has them), on
+    `n` held-out sequences (default: `held_out_size`); "quoted" names those that mean something for the
+    task, most telling first (`quoted`)."""
     spec.check(model)
     n = held_out_size(cfg) if n is None else n
+    task = cfg.task.name
     splits = {s: held_out(cfg, s, n) for s in ("eval", "ood")}
-    intact = {s: metrics(model, b) for s, b in splits.items()}
+    intact = {s: metrics(model, b, task) for s, b in splits.items()}
     if means is None:
         means = means_for(model, cfg, spec, splits["eval"])
     with applied(model, spec, means):
-        ablated = {s: metrics(model, b) for s, b in splits.items()}
-    return {"intact": intact, "ablated": ablated, "interventions": spec.describe(), "n": n}
+        ablated = {s: metrics(model, b, task) for s, b in splits.items()}
+    return {"intact": intact, "ablated": ablated, "interventions": spec.describe(), "n": n,
+            "quoted": list(quoted(task))}
 
 
 # ---- the model's answer -------------------------------------------------------------------------
@@ -183,6 +202,10 @@ class ImportanceMap:
     intact_exact: float
     mode: str
     n: int  # held-out sequences measured on
+    task: str = ""  # the run's task: what the sentence quotes beside the loss (`beside`)
+    predictable: Optional[np.ndarray] = None  # (layers, heads): induction's accuracy on the predictable positions
+    intact_predictable: Optional[float] = None
+    unigram: Optional[float] = None  # text: the unigram baseline (nats a character), quoted beside its loss
 
     def ranked(self) -> list[tuple[HeadRef, float]]:
         """Heads by how much their knockout raises the loss, most first: (head, loss increase)."""
@@ -191,13 +214,31 @@ class ImportanceMap:
         return [(HeadRef(self.kind, int(i) // rise.shape[1], int(i) % rise.shape[1]), float(rise.flat[i]))
                 for i in order]
 
+    def beside(self) -> Optional[tuple[str, np.ndarray, float]]:
+        """(name, grid, intact) of the accuracy quoted beside the loss: induction's accuracy on the predictable
+        positions, exact-match for the sequence tasks; None for text, read by its loss alone (`quoted`)."""
+        keys = quoted(self.task) if self.task else ("loss", "exact_match")
+        if "predictable_acc" in keys and self.predictable is not None and self.intact_predictable is not None:
+            return "accuracy on the predictable positions", self.predictable, self.intact_predictable
+        return ("exact-match", self.exact, self.intact_exact) if "exact_match" in keys else None
+
     def sentence(self, step: Optional[int] = None) -> str:
         """"knocking out layer 1 head 0 raises held-out loss from 0.60 to 2.90 (exact-match 90% to 10%; 512
-        held-out sequences at step 800)" for the head ranked first (`step`: of the weights, where known)."""
+        held-out sequences at step 800)" for the head ranked first (`step`: of the weights, where known);
+        induction quotes its accuracy on the predictable positions instead of exact-match, text the unigram
+        baseline its loss is read against: "... from 1.20 to 2.10 nats a character (the unigram baseline, a
+        model that ignores context: 2.94; 512 held-out sequences ...)"."""
         top, _ = self.ranked()[0]
+        beside, unit = self.beside(), ""
+        what = [measured_on(self.n, step)]
+        if beside is not None:
+            name, grid, intact = beside
+            what.insert(0, f"{name} {intact:.0%} to {grid[top.layer, top.head]:.0%}")
+        elif self.unigram is not None:
+            unit = " nats a character"
+            what.insert(0, f"the unigram baseline, a model that ignores context: {self.unigram:.2f}")
         return (f"knocking out {head_name(top.layer, top.head)} raises held-out loss from {self.intact_loss:.2f} "
-                f"to {self.loss[top.layer, top.head]:.2f} (exact-match {self.intact_exact:.0%} to "
-                f"{self.exact[top.layer, top.head]:.0%}; {measured_on(self.n, step)})")
+                f"to {self.loss[top.layer, top.head]:.2f}{unit} ({'; '.join(what)})")
 
 
 def knockout_summary(imp: ImportanceMap) -> dict:
@@ -223,17 +264,22 @@ def importance_map(model: Transformer, cfg: RunConfig, kind: str = "dec_self", m
     """Each head of one attention kind knocked out alone, over one fixed held-out batch of `n` sequences
     (default: `held_out_size`, the run's own evaluation set, so the intact loss is its final evaluation's)."""
     n = held_out_size(cfg) if n is None else n
+    task = cfg.task.name
     batches = held_out(cfg, "eval", n)
     means = head_means(model, batches) if mode == "mean" else None
-    intact = metrics(model, batches)
+    intact = metrics(model, batches, task)
     L, H = cfg.model.n_layers, cfg.model.n_heads
     loss, exact = np.zeros((L, H)), np.zeros((L, H))
+    sure = np.zeros((L, H)) if "predictable_acc" in intact else None
     for layer in range(L):
         for head in range(H):
             with applied(model, Interventions(heads=(HeadRef(kind, layer, head),), mode=mode), means):
-                m = metrics(model, batches)
+                m = metrics(model, batches, task)
             loss[layer, head], exact[layer, head] = m["loss"], m["exact_match"]
-    return ImportanceMap(kind, loss, exact, intact["loss"], intact["exact_match"], mode, n)
+            if sure is not None:
+                sure[layer, head] = m["predictable_acc"]
+    return ImportanceMap(kind, loss, exact, intact["loss"], intact["exact_match"], mode, n, task, sure,
+                         intact.get("predictable_acc"), loss_baselines(cfg.task).unigram)
 
 
 # ---- logit lens -------------------------------------------------------------------------------------
