@@ -219,3 +219,31 @@ def test_a_control_change_redraws_its_views_and_no_others(ctx):
     assert out["curves"].layout.yaxis.title.text == "held-out loss"
     out = render(ctx, controls([a]), out["shown"])  # a new selection: its tables, labels and no old export
     assert {"curves", "finals", "configs", "params", "pick", "files"} <= set(out)
+
+
+def test_the_export_titles_its_curves_as_compare_does_and_includes_the_seed_bands(ctx, monkeypatch):
+    """The exported curves.png had axes "x" and "value", and the band figure was not exported."""
+    import ui.compare as compare
+
+    a, b = add(ctx, BASE), add(ctx, change(BASE, **{"train.seed": 1}))
+    drawn = {}
+    real = compare.to_png
+
+    def keep(fig):
+        drawn[len(drawn)] = fig
+        return real(fig)
+
+    monkeypatch.setattr(compare, "to_png", keep)
+    files = export(ctx, [a, b], ["held-out loss", "train loss"], "tokens", 0.0, True)
+    names = [file_name(f) for f in files.value]
+    assert names == ["configs.json", "metrics.csv", "curves.png", "parameters.png", "bands.png"]
+    ax = drawn[0].axes[0]
+    assert ax.get_xlabel() == "tokens" and ax.get_ylabel() == "held-out loss / train loss"
+    assert drawn[2].axes[0].get_xlabel() == "tokens" and drawn[2].axes[0].get_ylabel() == "held-out loss"
+    alone = export(ctx, [a, b], "held-out loss", "step", 0.0, False)  # grouping off: no band figure
+    assert [file_name(f) for f in alone.value][-1] == "parameters.png"
+
+
+def file_name(f) -> str:
+    """An exported file's name, from a gr.File value (a path, or a dict with one)."""
+    return str(f["path"] if isinstance(f, dict) else f).rsplit("/", 1)[-1]
