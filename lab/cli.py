@@ -6,7 +6,10 @@ checkpoint written); `resume RUN_ID [--steps N]` continues a stored run from its
 folder, to its config's steps or to N in all (lab/engine/continuation.py).
 
 Progress goes to stderr; with --json, stdout carries exactly one JSON object. A bad flag value
-exits with status 2 and one line naming the field, before any run folder is created.
+exits with status 2 and one line naming the field, before any run folder is created. A run's final
+numbers are read by what means something for its task (lab.taskshapes.headline_metrics, in the sentences
+of lab/teach/loss_reading.py): exact-match for the sequence tasks, the loss against the unigram baseline
+and chance for text, loss and the accuracy on the predictable positions for induction.
 """
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Any, NoReturn, Optional, Sequence, TextIO
+from typing import Any, Mapping, NoReturn, Optional, Sequence, TextIO
 
 from lab import cli_probe, cli_publish, cli_sweep
 from lab.config import TASK_NAMES, ConfigError, RunConfig, declared_fields
@@ -227,24 +230,66 @@ def _train_and_report(store: Any, run_id: str, total: int, args: argparse.Namesp
             signal.signal(s, h)
     summary = summary_of(result)
     out = {"run_id": run_id, "run_dir": str(store.path(run_id)), "status": store.status(run_id)["state"],
-           **{k: summary[k] for k in ("params", "steps", "train_loss", "eval", "ood", "wall_s", "tokens_per_s",
-                                      "device")}}
+           **{k: summary[k] for k in ("params", "steps", "train_loss", "eval", "ood", "train_set", "wall_s",
+                                      "tokens_per_s", "device")}}
     if args.json:
         print(json.dumps(out))
     else:
-        ev = out["eval"] or {}
         print(f"{run_id}: {out['status']} after {out['steps']} steps in {out['wall_s']:.1f}s; "
-              f"exact-match {ev.get('exact_match', float('nan')):.3f}; stored in {out['run_dir']}")
+              f"stored in {out['run_dir']}")
+        for sentence in reading(store.config(run_id), summary, _evals(store, run_id)):
+            print(sentence)
     return 0
 
 
+def reading(cfg: RunConfig, summary: Optional[dict], evals: Sequence[dict] = ()) -> list[str]:
+    """Sentences on a run's final numbers that mean something for its task: the held-out set's, the training
+    set's, and for text the overfitting warning where it applies (`evals`: the run's evaluation records)."""
+    from lab.teach.loss_reading import headline_sentence, overfitting_sentence
+
+    if not summary:
+        return []
+    out = [headline_sentence(cfg.task, summary.get("eval") or {}, "held-out"),
+           headline_sentence(cfg.task, summary.get("train_set") or {}, "training-set"),
+           overfitting_sentence(cfg.task, evals)]
+    return [s for s in out if s]
+
+
+def _evals(store: Any, run_id: str) -> list[dict]:
+    m = store.metrics(run_id)  # the evaluation records, oldest first: what the overfitting sentence reads
+    return m[m["kind"] == "eval"].to_dict("records")
+
+
+def held_out_cell(store: Any, row: Mapping[str, Any]) -> str:
+    """`list`'s final held-out numbers of one run: exact-match for the sequence tasks, as the column always
+    was; a language-model task's headline metrics (text: the loss beside its unigram baseline)."""
+    from lab.taskshapes import SHAPES, headline_metrics, loss_baselines
+
+    def num(key: str) -> Optional[float]:
+        v = row.get(f"final.eval.{key}")
+        return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+    task = row.get("task.name")
+    keys = headline_metrics(task) if task in SHAPES and SHAPES[task].lm else ("exact_match",)
+    cell = ", ".join(f"{k.replace('_', ' ')} {v:.3f}" for k in keys if (v := num(k)) is not None)
+    if cell and task == "text":
+        try:
+            cell += f" (unigram {loss_baselines(store.config(row['run_id']).task).unigram:.3f})"
+        except ValueError:  # a damaged config (DamagedRunError): the loss alone
+            pass
+    return cell.replace("exact match", "exact-match")
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    df = open_store(args.runs_dir).list()
+    store = open_store(args.runs_dir)
+    df = store.list()
     if args.json:
         print(df.to_json(orient="records"))
         return 0
-    cols = [c for c in ("run_id", "state", "task.name", "model.arch", "model.pos", "model.norm",
-                        "final.eval.exact_match", "damaged") if c in df.columns]
+    if len(df):
+        df["held-out"] = [held_out_cell(store, row) for row in df.to_dict("records")]
+    cols = [c for c in ("run_id", "state", "task.name", "model.arch", "model.pos", "model.norm", "held-out",
+                        "damaged") if c in df.columns]
     print(df[cols].to_string(index=False) if len(df) else "no runs stored")
     return 0
 
@@ -265,6 +310,12 @@ def cmd_show(args: argparse.Namespace) -> int:
             damaged.append(str(exc))
     if damaged:
         info["damaged"] = "; ".join(damaged)
+    if info.get("config") and info.get("summary"):  # what the final numbers mean for the run's task
+        try:
+            info["reading"] = reading(RunConfig.from_dict(info["config"]), info["summary"],
+                                      _evals(store, args.run_id))
+        except (OSError, ValueError, TypeError, KeyError):  # a damaged metrics file: the numbers as stored
+            info["reading"] = []
     if not args.json and info.get("config"):  # for reading: the text short (config.json holds it whole)
         info["config"]["task"]["text"] = short_form(info["config"]["task"]["text"])
     print(json.dumps(info, indent=None if args.json else 2, default=str))

@@ -22,7 +22,7 @@ from lab.config import RunConfig
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--d-ff", "32", "--batch-size", "8",
         "--max-len", "4", "--n-ctx", "32", "--threads", "1", "--device", "cpu"]
-SUMMARY_KEYS = {"run_id", "run_dir", "status", "params", "steps", "train_loss", "eval", "ood", "wall_s",
+SUMMARY_KEYS = {"run_id", "run_dir", "status", "params", "steps", "train_loss", "eval", "ood", "train_set", "wall_s",
                 "tokens_per_s", "device"}
 RUN_FILES = ("config.json", "status.json", "metrics.jsonl", "weights.safetensors", "summary.json")
 
@@ -194,7 +194,7 @@ def test_train_json_prints_one_summary_object(trained):
     cfg = RunConfig.from_json((run_dir / "config.json").read_text())
     assert cfg.name == "cli-test" and cfg.model.d_model == 16 and cfg.train.steps == 20 and cfg.train.threads == 1
     assert out["params"] == sum(param_breakdown(cfg).values())
-    for part in ("eval", "ood"):
+    for part in ("eval", "ood", "train_set"):  # held out, at longer lengths, and on the training distribution
         assert set(out[part]) == {"loss", "token_acc", "exact_match"}
         assert 0 <= out[part]["token_acc"] <= 1 and 0 <= out[part]["exact_match"] <= 1
         assert 0 < out[part]["loss"] < 10
