@@ -120,11 +120,20 @@ def test_knob_endpoints(client, app_server, api_name, overrides, fields):
 @pytest.mark.slow  # a launched server
 @pytest.mark.parametrize(("name", "data", "fields"), UPLOADS, ids=[u[0] for u in UPLOADS])
 def test_uploaded_config_files(client, app_server, tmp_path, name, data, fields):
+    """A refused config file is answered in the note under the button (ui/share.py), the field by its label."""
     from gradio_client import handle_file
+
+    from tests.test_app import LABELS
 
     path = tmp_path / name
     path.write_bytes(data)
-    refused(client, app_server, "/upload_config", fields, handle_file(str(path)))
+    before, log_start = app_server.run_folders(), app_server.log_size()
+    *_, note = client.predict(handle_file(str(path)), api_name="/upload_config")
+    assert note.startswith("⚠️") and note.endswith("Nothing was loaded: the controls keep their values."), note
+    assert "\n" not in note and len(note) < 400, note
+    assert any(f"**{LABELS.get(f, f)}** in '{name}'" in note for f in fields), note
+    assert not any(f in note for f in fields if f in LABELS), note
+    assert app_server.run_folders() == before and "Traceback" not in app_server.log_text(log_start)
 
 
 @pytest.mark.slow  # a launched server

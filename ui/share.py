@@ -1,7 +1,11 @@
 """Share panel: the whole configuration (seed included) as a page URL and as a JSON file.
 
 A classroom link can hide chosen controls (`?hide=pos,norm`); the page applies the link on load
-(see ui/train.py). Uploaded JSON is size-limited and validated like any other config.
+(see ui/train.py). Uploaded JSON is size-limited and validated like any other config. Every uploaded file,
+whatever its name, is read and answered in the note under the button, as the Train tab's text upload does
+(ui/textfile.py): loaded, or refused with the field by its label and "Nothing was loaded" (the controls keep
+their values). The button names no file types: the browser would refuse another name (picture.png) with a
+toast of its own before the app saw it, and the note would still speak of the previous file.
 """
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from typing import Any, Optional
 
 import gradio as gr
 
-from lab.config import ConfigError, RunConfig
+from lab.config import ConfigError, RunConfig, in_words
 from lab.fields import shown
 from lab.textdata import MAX_CHARS
 from ui.common import errors_as_messages, with_api_params
@@ -34,7 +38,8 @@ def build_share_panel(widgets: dict[str, gr.components.Component], max_bytes: in
         link = gr.Textbox(label="Link (copy it)", buttons=["copy"], elem_id="share-link", interactive=False)
         with gr.Row():
             json_btn = gr.Button("Download config JSON", size="sm")
-            upload = gr.UploadButton("Load config JSON", file_types=[".json"], size="sm")
+            upload = gr.UploadButton("Load config JSON", size="sm", elem_id="config-upload")  # no file_types
+        note = gr.Markdown("", elem_id="config-upload-note")
         json_file = gr.File(label="Config file", visible=False, interactive=False)
 
     @errors_as_messages
@@ -66,21 +71,37 @@ def build_share_panel(widgets: dict[str, gr.components.Component], max_bytes: in
     json_btn.click(with_api_params(download, names), inputs=inputs, outputs=json_file, api_name="download_config",
                    preprocess=False)
 
-    @errors_as_messages
+    @errors_as_messages  # only the unexpected: a refused file is answered in the note
     def load(file: Any) -> list:
-        # preprocess=False: gradio's own file-type check refused a .png with a message naming no field (and
-        # logged a traceback); read_config_file names the control and says what is allowed
-        path = file.get("path") if isinstance(file, dict) else file
-        name = (file.get("orig_name") if isinstance(file, dict) else None) or os.path.basename(str(path or ""))
-        if path and not str(name).lower().endswith(".json"):
-            raise ConfigError("config file", f"{shown(name)} is not a JSON file (allowed: a .json file saved by "
-                              "this app)")
+        return load_config_file(file, max_bytes)
+
+    # preprocess=False: gradio's own file-type check refused a .png with a message naming no field (and logged a
+    # traceback); load_config_file names the control and says what is allowed
+    upload.upload(load, inputs=upload, outputs=inputs + [note], api_name="upload_config", preprocess=False,
+                  show_progress_on=[note])
+
+
+def load_config_file(file: Any, max_bytes: int = MAX_UPLOAD_BYTES) -> list:
+    """The upload event: a value for each knob (KNOB_KEYS order; gr.skip() for each when the file is refused,
+    so the controls keep their values), then the note under the button, about this file. `file` is what
+    gradio sends with preprocess=False (a dict with `path` and `orig_name`) or a path."""
+    path = file.get("path") if isinstance(file, dict) else file
+    raw_name = (file.get("orig_name") if isinstance(file, dict) else None) or os.path.basename(str(path or ""))
+    name = shown(raw_name)
+    try:
+        if path and not str(raw_name).lower().endswith(".json"):
+            raise ConfigError("config file", "is not a JSON file (allowed: a .json file saved by this app)")
         cfg = read_config_file(path, max_bytes)
         values = values_from_config(cfg)
-        gr.Info("Configuration loaded.")
-        return [gr.update(value=values[k]) for k in KNOB_KEYS]
-
-    upload.upload(load, inputs=upload, outputs=inputs, api_name="upload_config", preprocess=False)
+    except ConfigError as exc:
+        label, why = in_words(exc)
+        where = f" in {name}" if path else ""
+        return [gr.skip()] * len(KNOB_KEYS) + [f"⚠️ **{label}**{where}: {' '.join(why.split()).rstrip('.')}. "
+                                               "Nothing was loaded: the controls keep their values."]
+    m = cfg.model
+    return [gr.update(value=values[k]) for k in KNOB_KEYS] + [
+        f"Loaded {name}: task {cfg.task.name}, {m.arch}, {m.n_layers} layers x {m.n_heads} heads, seed "
+        f"{cfg.train.seed}. The controls now hold its configuration; press Start to train it."]
 
 
 def read_config_file(path: Optional[str], max_bytes: int = MAX_UPLOAD_BYTES) -> RunConfig:
