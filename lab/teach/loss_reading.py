@@ -18,7 +18,7 @@ as `RunStore.metrics` rows give them): the app, the CLI and the presets quote th
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from lab.taskshapes import TaskConfig, headline_metrics, loss_baselines
 
@@ -98,3 +98,24 @@ def overfitting_sentence(cfg: TaskConfig, evals: Sequence[Mapping[str, Any]]) ->
             f"(step {step}), above the unigram baseline {base:.2f}, the loss of a model that only knows how often "
             f"each character occurs{on_train}. The model is learning the training text by heart, not patterns that "
             "carry over to the held-out tenth: a longer text, a smaller model or fewer steps help.")
+
+
+def first_step(run: Mapping[str, Any], key: str, ok: Callable[[float], bool]) -> Optional[int]:
+    """The first evaluated step of a run (a summary with its "evals", oldest first) at which `ok(metric)`
+    held, or None (never, or no curve known)."""
+    for e in run.get("evals") or ():
+        value = e.get(key)
+        if value is not None and value == value and ok(float(value)):
+            return int(e["step"])
+    return None
+
+
+def held_from(run: Mapping[str, Any], key: str, ok: Callable[[float], bool]) -> Optional[int]:
+    """The first evaluated step from which `ok(metric)` held at every later evaluation, or None: what "solved by
+    step N" and "from step N on" mean (reached and kept; a curve that dips and recovers counts from its return)."""
+    held = None
+    for e in run.get("evals") or ():
+        value = e.get(key)
+        if value is not None and value == value:
+            held = (int(e["step"]) if held is None else held) if ok(float(value)) else None
+    return held

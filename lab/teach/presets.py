@@ -16,11 +16,13 @@ from typing import Any, Callable, Optional
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.derived import run_config  # n_ctx: the task's longest sequence, as the app and the CLI derive it
 from lab.teach.attention_measures import anti_diagonal_words, knockout_sentence
+from lab.teach.loss_reading import first_step, held_from
 from lab.views.probing import measured_on
 
 Results = dict[str, dict[str, Any]]  # run name -> summary dict (lab.engine.jobs.summary_of)
 PES = ("alibi", "rope", "learned", "sinusoidal", "none")
 SEEDS = (1, 2)  # "Positions beyond training"
+SOLVED = 0.999  # "Hello, sort": solved from the first evaluation at or above this exact-match it keeps (loss_reading.held_from)
 METRICS = ("train loss (batch)", "train loss", "held-out loss", "train exact-match", "held-out exact-match",
            "train token accuracy", "held-out token accuracy", "train accuracy (predictable positions)",
            "held-out accuracy (predictable positions)", "held-out loss (longer lengths)",
@@ -61,15 +63,6 @@ def measured(summary: dict[str, Any], evals: Optional[list[dict[str, Any]]] = No
             "knockout": knockout or {}}
 
 
-def _first_step(r: Results, name: str, key: str, ok: Callable[[float], bool]) -> Optional[int]:
-    """The first evaluated step at which `ok(metric)` held, or None (never, or no curve known)."""
-    for e in r[name].get("evals") or ():
-        value = e.get(key)
-        if value is not None and value == value and ok(float(value)):
-            return int(e["step"])
-    return None
-
-
 def _ev(r: Results, name: str, key: str = "loss") -> float:
     return float(r[name]["eval"][key])
 
@@ -105,9 +98,10 @@ SORT = run_config(
 
 def _explain_sort(r: Results) -> str:
     em, loss = _ev(r, "sort", "exact_match"), _ev(r, "sort")
-    if em >= 0.999:
-        step = _first_step(r, "sort", "exact_match", lambda v: v >= 0.999)
-        when = f"Solved by step {step} of {SORT.train.steps}" if step else "Solved"
+    if em >= SOLVED:
+        step = held_from(r["sort"], "exact_match", lambda v: v >= SOLVED)
+        when = (f"Solved by step {step} of {SORT.train.steps} (held-out exact-match at or above {SOLVED:.1%} from "
+                "that evaluation on)" if step else "Solved")
         return (f"{when}: every held-out sequence came back sorted (exact-match {_pct(em)}, loss {_n(loss)}). "
                 "Each output position only has to count how many input symbols are smaller, and attention "
                 "reads the whole input at once, so three small layers are plenty.")
@@ -133,7 +127,7 @@ def _explain_induction(r: Results) -> str:
     chance = f"guessing costs ln {n} = {math.log(n):.2f}"
     on = measured_on(INDUCTION.train.eval_samples, r["2 layers"].get("steps") or INDUCTION.train.steps)
     if two < 0.5 * one:
-        step = _first_step(r, "2 layers", "loss", lambda v: v < 0.5 * one)
+        step = held_from(r["2 layers"], "loss", lambda v: v < 0.5 * one)  # "from step N on"
         when = f" (below half the 1-layer loss from step {step} of {INDUCTION.train.steps} on)" if step else ""
         return (f"The 2-layer model's held-out loss on the repeated part fell to {_n(two)} on {on}{when}; the "
                 f"1-layer model's stayed at {_n(one)} ({chance}). Copying a repeat at a random offset needs an "
@@ -274,7 +268,7 @@ def _explain_grok(r: Results) -> str:
         said = f"final training loss {_n(tl_wd)} with weight decay, {_n(tl_no)} without"
     fit = (f"{fitted} ({said}); on the unseen pairs, test accuracy ended at {_pct(wd)} with weight decay and "
            f"{_pct(no)} without. ")
-    jump = _first_step(r, "weight decay 1.0", "exact_match", lambda v: v >= 0.9)
+    jump = first_step(r["weight decay 1.0"], "exact_match", lambda v: v >= 0.9)
     seen = next((e for e in r["weight decay 1.0"].get("evals") or () if (e.get("train_exact_match") or 0) >= 0.95), {})
     memorised = seen.get("step")  # training accuracy first at 95% or more (test accuracy then: seen's exact_match)
     fitted_at = next((s for s, loss in r["weight decay 1.0"].get("train") or () if loss < 0.3), None)
