@@ -179,17 +179,17 @@ def test_a_tick_refreshes_the_stored_runs_table_while_a_listed_run_is_live(ctx):
     done, live = add(ctx, BASE), add(ctx, change(BASE, **{"model.pos": "rope"}), "running")
     out = render(ctx, controls([]), {})
     states = dict(zip(out["table"]["run"], out["table"]["state"]))
-    assert states == {done: "completed", live: "running"} and out["timer"].active is True  # nothing picked: on
+    assert states == {done: "completed", live: "running"} and out["timer"]["active"] is True  # nothing picked: on
     again = render(ctx, controls([]), out["shown"])
     assert set(again) == {"shown"}  # nothing changed: nothing is sent (the timer stays on)
     out = render(ctx, controls([], [["sort"], None, None, None]), out["shown"])
-    assert out["table"].empty and out["timer"].active is False  # the filter hides the live run
+    assert out["table"].empty and out["timer"]["active"] is False  # the filter hides the live run
     with pytest.raises(ValueError, match="run_id"):  # an id that is not a run is refused
         render(ctx, controls(["../outside"]), {})
     ctx.store.set_status(live, "completed")
     out = render(ctx, controls([]), {})
     assert dict(zip(out["table"]["run"], out["table"]["state"]))[live] == "completed"
-    assert out["timer"].active is False
+    assert out["timer"]["active"] is False
 
 
 def table_of(component: gr.Dataframe) -> pd.DataFrame:
@@ -201,10 +201,10 @@ def test_a_tick_redraws_the_selection_until_the_page_shows_what_the_store_has(ct
     a, b = add(ctx, BASE, "running"), add(ctx, change(BASE, **{"train.seed": 1}))
     out = render(ctx, controls([a, b]), {})
     assert list(pd.DataFrame(out["finals"].data)["state"]) == ["running", "completed"]
-    assert out["timer"].active is True and out["groups"].visible
+    assert out["timer"]["active"] is True and out["groups"].visible
     ctx.store.set_status(a, "completed")
     out = render(ctx, controls([a, b]), out["shown"])  # the tick after the run ended: the final state, timer off
-    assert list(pd.DataFrame(out["finals"].data)["state"]) == ["completed"] * 2 and out["timer"].active is False
+    assert list(pd.DataFrame(out["finals"].data)["state"]) == ["completed"] * 2 and out["timer"]["active"] is False
     assert set(out["table"]["state"]) == {"completed"} and list(table_of(out["groups"])["finished"]) == [2]
     assert [t.name for t in out["curves"].data] == list(run_labels(ctx, [a, b]).values())
     assert set(render(ctx, controls([a, b]), out["shown"])) == {"shown"}  # then nothing more is sent

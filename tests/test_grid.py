@@ -161,11 +161,11 @@ def test_the_live_timer_stays_on_when_a_run_finishes_while_a_tick_reads_it(grid_
     monkeypatch.setattr(ctx.store, "metrics", finishing)
     c = Controls.of([None] * 4, ids, "held-out loss", "step", 0.0, True, True)
     out = render(ctx, c, {})
-    assert out["timer"].active is True and ctx.store.status(ids[0])["state"] == "completed"
+    assert out["timer"]["active"] is True and ctx.store.status(ids[0])["state"] == "completed"
     assert {t.name for t in out["curves"].data} == set(run_labels(ctx, ids).values()) and len(out["finals"].data) == 4
     assert set(out["table"]["run"]) == set(ids)  # the stored-runs table, refreshed by the same tick
     out = render(ctx, c, out["shown"])
-    assert out["timer"].active is False  # the next tick read every run finished, so it stops
+    assert out["timer"]["active"] is False  # the next tick read every run finished, so it stops
     assert out["groups"].visible and out["bands"].visible
 
 

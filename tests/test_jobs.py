@@ -111,7 +111,7 @@ def test_record_run_records_everything(store):
     assert store.summary(run_id) == {
         "params": 42, "steps": 20, "train_loss": 0.05, "eval": {"loss": 0.5, "token_acc": 0.9, "exact_match": 0.8},
         "ood": {"loss": 1.5, "token_acc": 0.4, "exact_match": 0.1}, "wall_s": result.wall_s,
-        "tokens_per_s": 100.0, "device": "cpu", "stopped": False}
+        "tokens_per_s": 100.0, "device": "cpu", "stopped": False, "train_set": None}  # a fake measures no train set
     with pytest.raises(ValueError, match="is completed, not queued"):
         record_run(store, run_id, train_fn=FakeTrainer())
 

@@ -119,6 +119,6 @@ def render(ctx: AppContext, c: Controls, shown: dict, note: Optional[Callable[[l
         out["note"] = new["note"]
     active = live or bool(listed["state"].isin(LIVE_STATES).any())
     if changed("timer", _key(active)):
-        out["timer"] = gr.Timer(active=active)
+        out["timer"] = gr.update(active=active)  # explicit: a Timer(active=True) equals its default, sent as nothing
     out["shown"] = new
     return out
