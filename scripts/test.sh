@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything the tests need, then run the whole suite.
-#   bash scripts/test.sh                  # everything (about 15-25 minutes on 2 CPU cores)
+#   bash scripts/test.sh                  # everything (about 40 minutes on 2 CPU cores)
 #   bash scripts/test.sh -m "not slow"    # the fast unit tests only (about 2 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
