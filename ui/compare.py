@@ -26,7 +26,7 @@ from lab.views.plots import bands_figure, curves_figure, to_png
 from ui.common import CURVES, X_AXES, AppContext, errors_as_messages, with_api_params
 from ui.compare_render import Controls, NoteSource, render
 from ui.compare_views import (FILTER_LABELS, FILTER_PARAMS, FILTERS, FINALS, GROUP_COLS, SMOOTHING, TABLE_COLS,
-                              choices, filtered, group_frames, metric_list, series_frames)
+                              choices, filtered, final_tables, group_frames, metric_list, series_frames)
 from ui.publish import build_publish_panel
 
 LIVE_POLL_S = 2.0
@@ -77,9 +77,9 @@ def export(ctx: AppContext, run_ids: list[str], metric: Any, x: str, smoothing: 
     y_title = " / ".join(metrics)
     figures = {"curves.png": curves_figure(long, "x", "value", "run", title=f"{y_title} vs {x}", x_label=x,
                                            y_label=y_title)}
-    from ui.compare_views import compare_frames  # the parameter figure, as Compare shows it
-    figures["parameters.png"] = compare_frames(ctx, run_ids, metrics[0], x, smoothing, False)[3]
-    band_df, table_df = group_frames(ctx, run_ids, metrics[0], x, smoothing) if grouped else (None, None)
+    listing = ctx.store.list().set_index("run_id")
+    figures["parameters.png"] = final_tables(ctx, run_ids, False, listing, True)[2]  # no metrics read again
+    band_df, table_df = group_frames(ctx, run_ids, metrics[0], x, smoothing, listing) if grouped else (None, None)
     if table_df is not None and (table_df["runs"] > 1).any():
         figures["bands.png"] = bands_figure(band_df, x, metrics[0],
                                             title=f"{metrics[0]}: mean over seeds, band = min to max")

@@ -97,8 +97,9 @@ def render(ctx: AppContext, c: Controls, shown: dict, note: Optional[Callable[[l
         new[name] = key
         return True
 
-    if changed("table", _frame_key(run_table(listed))):
-        out["table"] = run_table(listed)
+    table = run_table(listed)
+    if changed("table", _frame_key(table)):
+        out["table"] = table
     picker = choices(listed, list(c.run_ids), listing)
     if changed("choices", _key(picker)):
         out["pick"] = gr.Dropdown(choices=picker)
