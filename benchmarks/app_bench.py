@@ -147,7 +147,7 @@ def compare_200() -> dict[str, Any]:
 def inspect_run() -> dict[str, Any]:
     """ui.inspect for a stored run: attention heatmap grid at a snapshot, and the PE PCA panel."""
     from lab.engine.jobs import JobManager
-    from lab.engine.record import record_run
+    from lab.engine.recorder import record_run
     from ui.common import AppContext
     from ui.inspect import attention_figures, positional_panel
 

@@ -1,6 +1,6 @@
-"""`python -m lab ...`: see lab/cli.py."""
+"""`python -m lab ...`: see lab/cli/main.py."""
 import sys
 
-from lab.cli import main
+from lab.cli.main import main
 
 sys.exit(main())

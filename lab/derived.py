@@ -1,8 +1,8 @@
 """Derived config values: one rule for what a config holds that its user did not state.
 
 Every entry point builds its config through this module: the app's knobs (ui/knobs.py, so also Start, share
-links and uploaded JSON), the command line (`train`, `sweep`: lab/cli.py), the ablation grid
-(lab/teach/grid.py) and the presets (lab/teach/presets.py). The same knobs therefore give the same config
+links and uploaded JSON), the command line (`train`, `sweep`: lab/cli/main.py), the ablation grid
+(lab/engine/grid.py) and the presets (lab/teach/presets.py). The same knobs therefore give the same config
 wherever they are set.
 
 - model.n_ctx (Context length) is the task's longest sequence at these lengths and this architecture,

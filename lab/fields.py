@@ -1,8 +1,8 @@
 """One declaration per config field: bounds, label, help, CLI flag, share key, widget, ablation axis.
 
 A config dataclass declares each field once with `knob(default, ...)`; everything else reads that
-declaration: validation (`validate`), the command line's flags (lab/cli.py), the app's widgets and share
-links (ui/knobs.py), the ablation grid's axes (lab/teach/grid.py) and Compare's columns and filters. Adding
+declaration: validation (`validate`), the command line's flags (lab/cli/main.py), the app's widgets and share
+links (ui/knobs.py), the ablation grid's axes (lab/engine/grid.py) and Compare's columns and filters. Adding
 a knob means adding its field here-style in lab/config.py and its behaviour in the model or trainer;
 nothing else. The idea is TensorFlow Playground's single table of state properties that drives both the
 UI and the URL. No torch and no gradio here: widgets are described as plain data.

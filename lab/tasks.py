@@ -129,14 +129,8 @@ class ModularAddition(Task, shapes.ModularAddition):
     rest held out, so test accuracy measures generalisation to unseen pairs.
     """
 
-    @functools.lru_cache(maxsize=16)
     def pairs(self, cfg: TaskConfig, split: str, device: torch.device = torch.device("cpu")) -> Tensor:
-        p = cfg.modulus
-        perm = torch.randperm(p * p, generator=torch.Generator().manual_seed(0))
-        # at least one pair on each side: a small modulus with a high fraction must still hold one out
-        n_train = min(p * p - 1, max(1, int(round(cfg.train_fraction * p * p))))
-        idx = perm[:n_train] if split == "train" else perm[n_train:]
-        return torch.stack([idx // p, idx % p], 1).to(device)  # (N, 2); copied to a GPU once
+        return _split_pairs(cfg, split, device)
 
     def gen_prompt(self, cfg, length, n, gen, split):
         pairs = self.pairs(cfg, "train" if split == "train" else "test", gen.device)
@@ -144,6 +138,17 @@ class ModularAddition(Task, shapes.ModularAddition):
 
     def solve(self, cfg, prompt):
         return (prompt.sum(1, keepdim=True)) % cfg.modulus
+
+
+@functools.lru_cache(maxsize=16)  # a module-level cache: the task object is a singleton, its config hashable
+def _split_pairs(cfg: TaskConfig, split: str, device: torch.device) -> Tensor:
+    """ModularAddition's (a, b) pairs of one split, the same for every run of the same modulus and fraction."""
+    p = cfg.modulus
+    perm = torch.randperm(p * p, generator=torch.Generator().manual_seed(0))
+    # at least one pair on each side: a small modulus with a high fraction must still hold one out
+    n_train = min(p * p - 1, max(1, int(round(cfg.train_fraction * p * p))))
+    idx = perm[:n_train] if split == "train" else perm[n_train:]
+    return torch.stack([idx // p, idx % p], 1).to(device)  # (N, 2); copied to a GPU once
 
 
 class Parity(Task, shapes.Parity):

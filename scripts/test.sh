@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install everything the tests need, then run the whole suite.
+# Install everything the tests need, lint, then run the whole suite.
 #   bash scripts/test.sh                  # everything (about 40 minutes on 2 CPU cores)
 #   bash scripts/test.sh -m "not slow"    # the fast unit tests only (about 2 minutes)
 set -euo pipefail
@@ -16,4 +16,6 @@ if [ -n "$need" ] && command -v apt-get >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >/dev/null
 fi
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1
+# the linter first (ruff.toml: syntax errors, unused or undefined names, likely bugs): seconds, and it names the line
+python -m ruff check --quiet .
 exec python -m pytest "$@"

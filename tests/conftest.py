@@ -68,7 +68,7 @@ def _answers(url: str) -> bool:
 
 def trained_run(store, cfg) -> str:
     """A run of `cfg` trained to the end in this process (one thread) in `store`; its id."""
-    from lab.engine.record import record_run
+    from lab.engine.recorder import record_run
 
     run_id = store.create(cfg)
     record_run(store, run_id, threads=1)

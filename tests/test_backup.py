@@ -12,7 +12,7 @@ import pytest
 
 from lab.engine.backup import MANIFEST, backup_dir, backup_run, forget, read_manifest, restore
 from lab.engine.jobs import JobManager
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
 from ui.knobs import config_from_values
 

@@ -17,7 +17,7 @@ from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.store import RunStore
 from tests.browser import assert_no_errors, chromium, open_page
 from tests.conftest import launch_app, trained_run
-from ui.common import CURVES, X_AXES
+from lab.views.curves import CURVES, X_AXES
 
 pytestmark = pytest.mark.slow
 WAIT_MS = 120_000

@@ -8,7 +8,7 @@ import pytest
 
 from lab.engine.chunks import Chunk, request_stop, run_chunk, train_in_chunks
 from lab.engine.jobs import JobManager
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
 from tests.test_resume import same_run, tiny
 

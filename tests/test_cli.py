@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from lab.params import param_breakdown
-from lab.cli import main
+from lab.cli.main import main
 from lab.config import RunConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -161,7 +161,7 @@ def test_config_file_is_validated_and_flags_override_it(tmp_path, capsys):
     assert main(["train", "--config", str(bad), "--runs-dir", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err
     assert "model.d_modle" in err and "d_model" in err and len(err.splitlines()) == 1
-    from lab.cli import build_parser, config_from_args
+    from lab.cli.main import build_parser, config_from_args
 
     good = tmp_path / "good.json"
     good.write_text(RunConfig().to_json())

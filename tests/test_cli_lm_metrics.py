@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.cli import main, reading
+from lab.cli.main import main, reading
 from lab.config import RunConfig, TaskConfig
 from lab.engine.store import RunStore
 from lab.taskshapes import loss_baselines

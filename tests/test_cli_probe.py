@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from lab.cli import main
+from lab.cli.main import main
 from lab.config import ModelConfig, RunConfig, TaskConfig
 from lab.engine.store import RunStore
 from lab.interventions import Interventions, parse_heads

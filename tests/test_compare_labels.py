@@ -1,4 +1,4 @@
-"""Compare's names and views (ui/common.py label_runs, ui/compare.py, ui/compare_views.py), on stored runs
+"""Compare's names and views (lab/views/run_labels.py label_runs, ui/compare.py, ui/compare_views.py), on stored runs
 that are not trained (configs and states only; curves from made-up metrics where needed).
 
 A run is named by what tells it from the runs shown with it: its own name if it has one (presets name
@@ -20,8 +20,10 @@ import pytest
 from lab.config import RunConfig
 from lab.engine.jobs import JobManager
 from lab.engine.store import RunStore
-from lab.teach.grid import build_grid
-from ui.common import GROUP_CHARS, LEGEND_CHARS, AppContext, curve
+from lab.engine.grid import build_grid
+from lab.views.curves import curve
+from lab.views.run_labels import GROUP_CHARS, LEGEND_CHARS
+from ui.common import AppContext
 from ui.compare import build_compare_tab, export
 from ui.compare_render import Controls, render
 from ui.compare_views import (FILTER_LABELS, FILTER_PARAMS, SMOOTHING, choices, compare_frames, group_frames,

@@ -120,7 +120,7 @@ def test_a_slot_reuses_its_worker_process_and_a_stop_right_after_the_start_reach
     assert store.status(bad)["pid"] == pid
     for _ in range(3):
         victim = jm.submit(long_cfg())
-        wait_for(lambda: jm.status(victim).state == "running", timeout=WAIT)
+        wait_for(lambda v=victim: jm.status(v).state == "running", timeout=WAIT)
         assert jm.stop(victim) is True  # at once: the child may not have started the run yet
         final = jm.wait(victim, timeout=WAIT)
         assert final.state == "stopped", final

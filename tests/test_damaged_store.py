@@ -14,7 +14,7 @@ from typing import Callable
 import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from lab.engine.store import DamagedRunError, RunStore
 from tests.test_run_ids import call_with, run_id_endpoints
 from tests.conftest import compare_api

@@ -9,11 +9,11 @@ from urllib.parse import parse_qsl
 
 import pytest
 
-from lab.cli import FIELD_TO_FLAG, build_parser, config_from_args, main
+from lab.cli.main import FIELD_TO_FLAG, build_parser, config_from_args, main
 from lab.config import ModelConfig, RunConfig, TaskConfig, declared_fields
 from lab.derived import N_CTX_FLOOR, derived_n_ctx, run_config, stated_in
 from lab.params import param_breakdown
-from lab.teach.grid import build_grid
+from lab.engine.grid import build_grid
 from lab.teach.presets import PRESETS
 from ui.knobs import BY_URL, config_from_values, query_string, values_from_config, values_from_query
 from ui.share import read_config_file

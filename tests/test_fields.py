@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from lab import cli
+import lab.cli.main as cli
 from lab.config import SECTIONS, ConfigError, RunConfig, declared_fields
-from lab.teach.grid import AXES
+from lab.engine.grid import AXES
 from ui.compare import FILTERS, TABLE_COLS
 from ui.knobs import KNOBS, BY_URL
 

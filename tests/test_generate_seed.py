@@ -14,7 +14,7 @@ import gradio as gr
 import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from tests.conftest import app_context, app_with_run
 from ui.common import errors_as_messages
 from ui.intervene import panel_update

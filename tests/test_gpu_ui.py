@@ -12,7 +12,7 @@ import pytest
 
 import ui.gpu as gpu
 from lab.engine.jobs import JobManager
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
 from tests.test_resume import same_run, tiny
 from ui.common import AppContext

@@ -1,4 +1,4 @@
-"""Ablation grids (lab/teach/grid.py): configs, names, refusals, the cap, the time estimate; grouping of
+"""Ablation grids (lab/engine/grid.py): configs, names, refusals, the cap, the time estimate; grouping of
 seed repeats into mean/min/max bands on tiny real stored runs; Compare's labels and the parameter
 figure's legend (both fixed with the grid work)."""
 from __future__ import annotations
@@ -12,13 +12,14 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from lab.params import param_breakdown
 from lab.config import RunConfig, flatten
-from lab.teach.grid import (AXES, MAX_RUNS, GridError, band, build_grid, group_runs, has_repeats,
+from lab.engine.grid import (AXES, MAX_RUNS, GridError, band, build_grid, group_runs, has_repeats,
                             parse_values, varied_columns)
 from lab.engine.jobs import JobManager
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from lab.views.plots import bands_figure, params_figure, to_png
 from lab.engine.store import RunStore
-from ui.common import AppContext, short_label
+from lab.views.run_labels import short_label
+from ui.common import AppContext
 from ui.compare_render import Controls, render
 from ui.compare_views import compare_frames, group_frames, run_labels
 from ui.knobs import config_from_values

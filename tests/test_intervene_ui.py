@@ -11,7 +11,7 @@ import gradio as gr
 import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from lab.interventions import HeadRef, Interventions
 from lab.views.analysis import load_model, parse_probe, sampled_probe
 from lab.views.probing import ablation_report, greedy_answer

@@ -232,7 +232,7 @@ def test_a_typed_text_prompt_keeps_its_spaces_and_scores_each_next_character():
 
 def test_snapshots_keep_the_weights_of_small_models_only(tmp_path, monkeypatch):
     import lab.trainer as trainer
-    from lab.engine.record import record_run
+    from lab.engine.recorder import record_run
     from lab.engine.store import RunStore
     from lab.engine.storefs import RunNotFoundError
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lab import cli
+import lab.cli.main as cli
 
 U = "u" * 32  # an owner token
 MISSING = "20990101-000000-copy-rope-pre-000000"  # a well-formed id of no run

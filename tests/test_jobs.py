@@ -14,7 +14,7 @@ import torch
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.environment import detect
 from lab.engine.jobs import JobManager, JobStatus
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
 from lab.engine.store import RunStore
 

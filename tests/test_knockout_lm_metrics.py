@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from lab.cli import main
+from lab.cli.main import main
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.store import RunStore
 from lab.evaluation import measure

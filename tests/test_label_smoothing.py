@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from lab import cli
+import lab.cli.main as cli
 from lab.config import ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.tasks import IGNORE_INDEX, get_task
 from lab.trainer import build_model, train

@@ -16,7 +16,7 @@ from lab.params import param_formula
 from lab.views.analysis import attention
 from lab.config import ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.jobs import JobManager
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from lab.teach.lesson_figures import DRAW, page_figure
 from lab.teach.lesson_pages import PAGE_KEYS, PAGES, markdown, page
 from lab.model import Transformer

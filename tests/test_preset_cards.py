@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 import app
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
 from lab.teach.presets import PRESETS
 from tests.conftest import launch_app

@@ -12,7 +12,7 @@ import torch
 
 from lab.config import RunConfig
 from lab.derived import derived_n_ctx
-from lab.engine.record import summary_of
+from lab.engine.recorder import summary_of
 from lab.teach.attention_measures import previous_token_share
 from lab.teach.presets import LN_RUNS, METRICS, PES, PRESETS, SEEDS, Preset
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
@@ -48,7 +48,7 @@ def test_preset_is_well_formed(key):
 
 
 def test_metrics_are_the_compare_views_curves():
-    common = pytest.importorskip("ui.common")
+    from lab.views import curves as common
     assert set(METRICS) == set(common.CURVES)
 
 
@@ -111,7 +111,7 @@ def test_explain_ln():
 
 
 def test_explain_short_long():
-    base = {pe: summ(0.5, ood_loss=l) for pe, l in zip(PES, (1.2, 2.2, 3.7, 3.6, 3.8))}
+    base = {pe: summ(0.5, ood_loss=loss) for pe, loss in zip(PES, (1.2, 2.2, 3.7, 3.6, 3.8))}
     base["alibi"] = summ(1.18, ood_loss=1.21)
     text = say("short_long", base)
     assert text.index("alibi 1.21") < text.index("rope 2.20") < text.index("learned 3.70")

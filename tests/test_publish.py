@@ -1,4 +1,4 @@
-"""Publishing runs to a Trackio class board (lab/publish.py, lab/cli_publish.py; issue 16, item 3).
+"""Publishing runs to a Trackio class board (lab/engine/publish.py, lab/cli/publish.py; issue 16, item 3).
 
 Three small real runs (an ablation grid's PE x seed: two rope seeds share a group) and three bad ones
 (queued, damaged, failed with no metrics) are published to a local Trackio project in a temp folder,
@@ -21,19 +21,19 @@ from pathlib import Path
 
 import pytest
 
-from lab import cli_publish
+from lab.cli import publish as cli_publish
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig, flatten
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
-from lab.publish import finished_run_ids, publish_runs, run_group
-from lab.teach.grid import build_grid
+from lab.engine.publish import finished_run_ids, publish_runs, run_group
+from lab.engine.grid import build_grid
 
 REPO = Path(__file__).resolve().parents[1]
 needs_trackio = pytest.mark.skipif(importlib.util.find_spec("trackio") is None,
                                    reason="trackio is not installed (pip install -r requirements-scale.txt)")
 BASE = RunConfig(model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32), task=TaskConfig(name="copy", max_len=4),
                  train=TrainConfig(steps=120, eval_every=40, snapshots=1))
-CLI = ("import sys; from lab.engine.store import RunStore; from lab.cli_publish import main; "
+CLI = ("import sys; from lab.engine.store import RunStore; from lab.cli.publish import main; "
        "sys.exit(main(sys.argv[1:], RunStore))")
 READ_BACK = """
 import json, sys
@@ -202,7 +202,7 @@ def test_without_trackio_the_message_says_what_to_install(runs, tmp_path, capsys
 
 
 def test_importing_lab_imports_no_trackio():
-    code = ("import sys, lab, lab.publish, lab.cli_publish, lab.cli; "
+    code = ("import sys, lab, lab.engine.publish, lab.cli.publish, lab.cli; "
             "assert 'trackio' not in sys.modules, 'trackio imported'")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from lab import checkpoint as ckpt
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine import continuation
-from lab.engine.record import record_run, record_runs
+from lab.engine.recorder import record_run, record_runs
 from lab.engine.store import RunStore
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
 from lab.trainer import lr_at, train

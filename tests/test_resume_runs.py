@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from lab.cli import main
+from lab.cli.main import main
 from lab.config import ConfigError, in_words
 from lab.engine import continuation
 from lab.engine.jobs import JobManager
 from lab.engine.limits import LimitError, Limits
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
 from tests.test_resume import continue_run, metrics_rows, same_run, tiny
 
@@ -129,7 +129,7 @@ def test_job_manager_continues_a_completed_run_in_its_own_folder(tmp_path, mode)
 KILLED = r"""
 import sys, time
 from lab.config import RunConfig
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
 from lab.records import StepRecord
 

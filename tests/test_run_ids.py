@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab import cli
+import lab.cli.main as cli
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.jobs import JobManager
 from lab.engine.store import RunIdError, RunStore

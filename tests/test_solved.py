@@ -52,7 +52,7 @@ def test_solved_is_the_first_evaluation_at_target_that_every_later_one_keeps(tmp
 
     # passes, dips, passes again, dips again, and ends at the target: the last arrival counts
     twice = sort_curve(s200=0.9, s400=0.95, s450=0.99)
-    assert SORT.explain({"sort": crafted_run(store, SORT.runs[0], twice)}).startswith(f"Solved by step 475 of 500")
+    assert SORT.explain({"sort": crafted_run(store, SORT.runs[0], twice)}).startswith("Solved by step 475 of 500")
     assert SOLVED == 0.999 and f"{SOLVED:.1%}" in DEFINITION  # the sentence states the threshold it applies
 
 

@@ -1,4 +1,4 @@
-"""`python -m lab sweep` and what it shares with the app's grid (lab/teach/grid.py), the Ray settings read
+"""`python -m lab sweep` and what it shares with the app's grid (lab/engine/grid.py), the Ray settings read
 from the environment, and Ray staying optional: nothing in `lab` imports it, and without it installed a
 Ray address is refused in one line naming where it came from, before any run folder is written. Training
 on a real Ray cluster is tests/test_ray.py."""
@@ -13,7 +13,7 @@ import pytest
 
 from lab.config import RunConfig
 from lab.engine.environment import detect, ray_address, ray_gpus
-from lab.teach.grid import GridError, build_grid, parse_spec, parse_values, spread
+from lab.engine.grid import GridError, build_grid, parse_spec, parse_values, spread
 from tests.test_cli import REPO, TINY, lab
 
 # `import ray` fails in this interpreter, as where the optional requirements are not installed
@@ -86,8 +86,8 @@ def test_ray_settings_from_the_environment():
 
 
 def test_nothing_in_lab_imports_ray():
-    code = ("import sys, lab, lab.cli, lab.engine.jobs, lab.engine.slots, lab.engine.environment, lab.teach.grid, "
-            "lab.cli_sweep, lab.publish\nlab.cli.build_parser()\n"
+    code = ("import sys, lab, lab.cli.main, lab.engine.jobs, lab.engine.slots, lab.engine.environment, lab.engine.grid, "
+            "lab.cli.sweep, lab.engine.publish\nlab.cli.main.build_parser()\n"
             "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
@@ -95,7 +95,7 @@ def test_nothing_in_lab_imports_ray():
 
 def test_without_ray_a_ray_address_is_refused_in_one_line(tmp_path):
     runs = tmp_path / "runs"
-    code = NO_RAY + (f"from lab.cli import main\nsys.exit(main(['sweep', '--grid', 'seed=0,1', *{TINY!r}, "
+    code = NO_RAY + (f"from lab.cli.main import main\nsys.exit(main(['sweep', '--grid', 'seed=0,1', *{TINY!r}, "
                      f"'--steps', '5', '--ray', 'auto', '--runs-dir', {str(runs)!r}]))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr

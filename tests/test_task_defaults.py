@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from lab.cli import build_parser, config_from_args, main
+from lab.cli.main import build_parser, config_from_args, main
 from lab.derived import default_lengths, lengths_for, lengths_on_choosing
 from lab.records import StepRecord
 from lab.trainer import train

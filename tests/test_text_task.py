@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from pathlib import Path
 
 import gradio as gr
 import pytest
@@ -284,7 +283,7 @@ def test_a_config_file_with_a_long_text_loads_within_the_upload_limit(tmp_path):
 
 
 def test_cli_show_prints_the_text_short(tmp_path, capsys):
-    from lab import cli
+    import lab.cli.main as cli
 
     store = RunStore(tmp_path / "runs")
     run_id = store.create(text_cfg("word " * 20_000))

@@ -12,7 +12,7 @@ import torch
 
 from lab.batched import train_batched
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
 from lab.evaluation import TRAIN_SHARE, evaluation_sets, train_samples
 from lab.records import EvalRecord, StepRecord
@@ -89,7 +89,7 @@ def test_batched_runs_get_the_training_metrics_of_solo_runs():
 
 
 def test_every_curve_says_what_it_was_measured_on():
-    common = pytest.importorskip("ui.common")
+    from lab.views import curves as common
     columns = {"train": {f.name for f in fields(StepRecord)}, "eval": {f.name for f in fields(EvalRecord)}}
     for label, (kind, col) in common.CURVES.items():
         assert col in columns[kind], label

@@ -13,7 +13,7 @@ import gradio as gr
 import pytest
 
 import app
-from lab.teach.grid import build_grid
+from lab.engine.grid import build_grid
 from lab.engine.jobs import JobManager
 from lab.teach.presets import PRESETS
 from lab.engine.store import RunStore

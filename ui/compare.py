@@ -23,7 +23,8 @@ import gradio as gr
 import pandas as pd
 
 from lab.views.plots import bands_figure, curves_figure, to_png
-from ui.common import CURVES, X_AXES, AppContext, errors_as_messages, with_api_params
+from lab.views.curves import CURVES, X_AXES
+from ui.common import AppContext, errors_as_messages, with_api_params
 from ui.compare_render import Controls, NoteSource, render
 from ui.compare_views import (FILTER_LABELS, FILTER_PARAMS, FILTERS, FINALS, GROUP_COLS, SMOOTHING, TABLE_COLS,
                               choices, filtered, final_tables, group_frames, metric_list, series_frames)

@@ -21,7 +21,8 @@ from matplotlib.colors import to_hex
 from lab.engine.store import LIVE_STATES
 from lab.views.curve_figures import curves_plot
 from lab.views.plots import bands_figure
-from ui.common import AppContext, colour_map
+from lab.views.curves import colour_map
+from ui.common import AppContext
 from ui.compare_views import (GROUP_COLS, choices, coloured, final_tables, group_frames, metric_list, only,
                               run_labels, run_table, series_frames)
 

@@ -1,6 +1,6 @@
 """Compare's views of stored runs as tables (no widgets here): the filtered listing, the picker's choices,
 overlaid curves, final metrics, the config diff, and seed repeats grouped into mean curves with min-max
-bands. Runs are named alike in the picker, the legend and every table (ui/common.py label_runs).
+bands. Runs are named alike in the picker, the legend and every table (lab/views/run_labels.py label_runs).
 """
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from lab.config import declared_fields
 from lab.engine.store import LIVE_STATES
 from lab.engine.limits import thin
 from lab.params import param_breakdown
-from lab.teach.grid import band, group_runs, spread
+from lab.engine.grid import band, group_runs, spread
 from lab.views.plots import params_figure
-from ui.common import (CONFIG_PREFIXES, CURVES, RENAMED, X_AXES, AppContext, colour_map, curve, label_groups, label_runs,
-                       short_label)
+from lab.views.curves import CURVES, RENAMED, X_AXES, colour_map, curve
+from lab.views.run_labels import CONFIG_PREFIXES, label_groups, label_runs, short_label
+from ui.common import AppContext
 
 # the run table's config columns and the filters come from the fields' declarations (lab/config.py)
 FIELDS = declared_fields()
@@ -73,7 +74,7 @@ def choices(df: pd.DataFrame, selected: Sequence[str] = (), listing: Optional[pd
 
 def run_labels(ctx: AppContext, run_ids: Optional[list[str]],
                listing: Optional[pd.DataFrame] = None) -> dict[str, str]:
-    """run id -> its label in curves and tables (ui/common.py label_runs); ValueError for an id that is
+    """run id -> its label in curves and tables (lab/views/run_labels.py label_runs); ValueError for an id that is
     not a stored run."""
     listing = ctx.store.list().set_index("run_id") if listing is None else listing
     for r in run_ids or []:
@@ -160,7 +161,7 @@ def group_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoot
                  listing: Optional[pd.DataFrame] = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Seed repeats grouped by the other varied config values: band curves (group, step, x, mean, lo, hi,
     n) and a table of final metrics per group as 'mean [min, max]' over its runs (`listing` as in
-    compare_frames). Groups are named like their runs (ui/common.py label_groups)."""
+    compare_frames). Groups are named like their runs (lab/views/run_labels.py label_groups)."""
     listing = ctx.store.list().set_index("run_id") if listing is None else listing
     run_labels(ctx, run_ids, listing)  # validates the ids
     rows = {r: listing.loc[r].to_dict() for r in dict.fromkeys(run_ids or [])}

@@ -3,7 +3,7 @@ see the run count and a time estimate (the job manager's, from this server's mea
 lab/engine/estimate.py), launch every run, and open Compare on them (grouped).
 
 The base config is the Train tab's knobs (`config_from_values`, as Start uses). Everything is
-validated before anything launches (lab/teach/grid.py), so a bad value or combination creates no run.
+validated before anything launches (lab/engine/grid.py), so a bad value or combination creates no run.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 import gradio as gr
 
 from lab.config import ConfigError, in_words
-from lab.teach.grid import AXES, MAX_AXES, MAX_RUNS, build_grid
+from lab.engine.grid import AXES, MAX_AXES, MAX_RUNS, build_grid
 from ui.common import AppContext, errors_as_messages, with_api_params, remember_runs
 from ui.compare import opening
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values

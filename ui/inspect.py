@@ -25,7 +25,8 @@ import gradio as gr
 from lab.config import ConfigError, flatten
 from lab.views.analysis import allowed_symbols, attention, load_model, parse_probe, positional_view, sampled_probe
 from lab.views.plots import KIND_TITLES, attention_grid, pca_figure, positional_figure
-from ui.common import AppContext, errors_as_messages, short_label, with_api_params
+from lab.views.run_labels import short_label
+from ui.common import AppContext, errors_as_messages, with_api_params
 from ui.intervene import build_intervene_panel
 
 KINDS = ("enc_self", "dec_self", "cross")

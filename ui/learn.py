@@ -16,7 +16,8 @@ from lab.teach.lesson_figures import page_figure
 from lab.teach.lesson_pages import PAGE_KEYS, PAGES, markdown, page
 from lab.teach.lessons import Subject, default_subject
 from lab.engine.storefs import RunNotFoundError
-from ui.common import AppContext, errors_as_messages, with_api_params, short_label
+from lab.views.run_labels import short_label
+from ui.common import AppContext, errors_as_messages, with_api_params
 from ui.inspect import run_choices
 
 NO_RUN = "(untrained default model)"  # never a run id: run ids start with a letter or digit

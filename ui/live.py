@@ -27,7 +27,8 @@ from lab.engine.limits import thin
 from lab.tasks import get_task
 from lab.taskshapes import headline_metrics
 from lab.teach.loss_reading import headline_sentence, overfitting_sentence
-from ui.common import AppContext, curve, with_series
+from lab.views.curves import curve, with_series
+from ui.common import AppContext
 
 FAST_S = 1.0  # the refresh while something changes: a running run's curves and step count
 SLOW_S = 3.0  # the refresh after QUIET_POLLS polls in a row found nothing new
@@ -131,7 +132,7 @@ def answer(seen: Seen, run_id: str, text: str, frames_version: Optional[Version]
 
 ACC_TITLE = "Accuracy: the task's headline measure (the sentence above says which)"
 ACC_COLUMNS = {"exact_match": "exact-match", "predictable_acc": "accuracy (predictable positions)",
-               "token_acc": "token accuracy"}  # record column -> the curves' name for it (ui/common.py CURVES)
+               "token_acc": "token accuracy"}  # record column -> the curves' name for it (lab/views/curves.py CURVES)
 
 
 def accuracy_of(task: str) -> str:

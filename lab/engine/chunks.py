@@ -3,7 +3,7 @@ ZeroGPU Space, where the GPU exists only inside a `@spaces.GPU` call of bounded 
 user's request, in a forked process (the `spaces` package, zero/wrappers.py), never for a background job.
 
 A chunk trains the run for at most `seconds` and stops it there as a Stop click would: the recorder writes a
-checkpoint at the step reached (lab/engine/record.py, lab/engine/continuation.py). The next chunk queues the
+checkpoint at the step reached (lab/engine/recorder.py, lab/engine/continuation.py). The next chunk queues the
 run's continuation to the same total and trains on from that checkpoint, so a run trained in chunks records
 what one uninterrupted run would, bit for bit on the CPU (tests/test_chunks.py). Between chunks the run reads
 "queued"; a chunk that reaches the total completes it.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Optional
 
 from lab.engine import continuation
-from lab.engine.record import record_run
+from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
 
 STOP_FILE = "stop-requested"  # in the run's folder: the owner asked it to stop

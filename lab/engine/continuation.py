@@ -11,7 +11,7 @@ larger total of steps; the continuation is the same run, in the same folder:
      server's limits. Refusals are ConfigErrors naming the field ("train.steps", shown as "Steps"; "run").
   2. `queue` marks the run queued with the request in its status (`continue_steps`, `continue_from`,
      `continued_from_state`: what to restore if the queued continuation is stopped before it starts).
-  3. `begin`, when the queued run starts training (lab/engine/record.py), rewrites config.json with the
+  3. `begin`, when the queued run starts training (lab/engine/recorder.py), rewrites config.json with the
      new total, cuts metrics.jsonl back to the checkpoint's step (records an interrupted process wrote
      after it, and the evaluation a stop added at it) and deletes the attention snapshots after it (and
      the one a stop added at it), then returns the checkpoint to train on from. The curve then continues

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from lab.engine.messages import Finished, Progress, RunJob, StopRun
-from lab.engine.record import Outcome, TrainFn, fail_runs
+from lab.engine.recorder import Outcome, TrainFn, fail_runs
 from lab.engine.store import RunStore
 from lab.records import Record
 

@@ -6,7 +6,7 @@ Each run is one Ray task with its own resources (`num_cpus` = its torch threads,
 a fraction of a GPU), the `lab` package shipped to the cluster with Ray's runtime environment
 (`py_modules`). The task is a Ray generator (streaming): it trains in a thread and yields each record,
 checkpoint and the final result as they come. The driver (this process) replays them into the same
-callbacks a local run calls (lab/engine/record.py), so it stays the only writer of the run store, and
+callbacks a local run calls (lab/engine/recorder.py), so it stays the only writer of the run store, and
 Compare shows a Ray run's curves live exactly as a local run's.
 
 Stop: the driver sets the run's flag on a small actor pinned to the driver's node (`StopFlags`), which the
@@ -31,7 +31,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from lab.config import ConfigError, RunConfig
-from lab.engine.record import Outcome, RunLost, outcomes
+from lab.engine.recorder import Outcome, RunLost, outcomes
 from lab.engine.store import RunStore
 from lab.records import Record
 

@@ -1,5 +1,5 @@
 """The job manager's machinery: its bookkeeping, and one thread per training slot that takes the next
-queued job fairly and has it trained and recorded (lab/engine/record.py) in a worker process of its pool
+queued job fairly and has it trained and recorded (lab/engine/recorder.py) in a worker process of its pool
 (lab/engine/pool.py) or, for tests, in the thread itself. A job's exception becomes a "failed" status
 with its message, and the slot goes on to the next job. Each job's speed is measured for the time
 estimates (lab/engine/estimate.py), and each finished run is backed up when a backup folder is set
@@ -26,7 +26,7 @@ from lab.engine.environment import ray_address as env_ray_address
 from lab.engine.estimate import SpeedLog, probe_capacity
 from lab.engine.limits import Limits
 from lab.engine.pool import WorkerPool
-from lab.engine.record import Outcome, error_line, fail_runs, outcomes
+from lab.engine.recorder import Outcome, error_line, fail_runs, outcomes
 from lab.engine.store import TERMINAL_STATES, DamagedRunError, RunStore
 from lab.records import Record, StepRecord
 

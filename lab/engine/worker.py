@@ -2,7 +2,7 @@
 
 It imports torch once, then trains jobs one after another until the app closes the control pipe:
   - A `RunJob` names queued runs of a store (one, or a batched group of seed repeats). The worker trains
-    them with `lab.engine.record.outcomes` and writes everything into the run folders itself (metrics,
+    them with `lab.engine.recorder.outcomes` and writes everything into the run folders itself (metrics,
     status, snapshots, weights, summary), exactly as the CLI does in its own process.
   - It sends a `Progress` for each step record (the app's live status) and a `Finished` per run.
   - A `StopRun` stops that run at its next step.
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from lab.engine.messages import Finished, Progress, RunJob, StopRun
-from lab.engine.record import fail_runs, outcomes
+from lab.engine.recorder import fail_runs, outcomes
 from lab.engine.store import RunStore
 from lab.records import Record, StepRecord
 

@@ -17,16 +17,14 @@ from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.derived import run_config  # n_ctx: the task's longest sequence, as the app and the CLI derive it
 from lab.teach.attention_measures import anti_diagonal_words, knockout_sentence
 from lab.teach.loss_reading import first_step, held_from
+from lab.views.curves import CURVES
 from lab.views.probing import measured_on
 
 Results = dict[str, dict[str, Any]]  # run name -> summary dict (lab.engine.jobs.summary_of)
 PES = ("alibi", "rope", "learned", "sinusoidal", "none")
 SEEDS = (1, 2)  # "Positions beyond training"
 SOLVED = 0.999  # "Hello, sort": solved from the first evaluation at or above this exact-match it keeps (loss_reading.held_from)
-METRICS = ("train loss (batch)", "train loss", "held-out loss", "train exact-match", "held-out exact-match",
-           "train token accuracy", "held-out token accuracy", "train accuracy (predictable positions)",
-           "held-out accuracy (predictable positions)", "held-out loss (longer lengths)",
-           "held-out exact-match (longer lengths)")  # the Compare view's curves (ui/common.py CURVES)
+METRICS = tuple(CURVES)  # the curves Compare can open on
 
 
 @dataclass(frozen=True)

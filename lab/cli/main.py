@@ -1,5 +1,5 @@
-"""Command line: `python -m lab train|resume|list|show`, `ablate|sample` (lab/cli_probe.py), `publish`
-(lab/cli_publish.py) and `sweep` (lab/cli_sweep.py).
+"""Command line: `python -m lab train|resume|list|show`, `ablate|sample` (lab/cli/probe.py), `publish`
+(lab/cli/publish.py) and `sweep` (lab/cli/sweep.py).
 
 `train ... --stop-at K` stops the run at step K of its schedule as a Stop click would (status stopped, its
 checkpoint written); `resume RUN_ID [--steps N]` continues a stored run from its checkpoint in its own
@@ -22,7 +22,9 @@ import threading
 import time
 from typing import Any, Mapping, NoReturn, Optional, Sequence, TextIO
 
-from lab import cli_probe, cli_publish, cli_sweep
+from lab.cli import probe as cli_probe
+from lab.cli import publish as cli_publish
+from lab.cli import sweep as cli_sweep
 from lab.config import TASK_NAMES, ConfigError, RunConfig, declared_fields
 from lab.derived import LENGTHS, N_CTX, default_lengths, resolve, stated_in
 from lab.fields import FieldInfo
@@ -218,7 +220,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def _train_and_report(store: Any, run_id: str, total: int, args: argparse.Namespace, start: int = 0) -> int:
     """Train the queued run (new, or a continuation) in this process; Ctrl-C stops it as a Stop click."""
-    from lab.engine.record import record_run, summary_of
+    from lab.engine.recorder import record_run, summary_of
 
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}

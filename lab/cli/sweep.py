@@ -3,7 +3,7 @@
     python -m lab sweep --grid "pos=rope,alibi norm=pre,post seed=0..4" --task reverse --steps 800
     python -m lab sweep --grid "pos=rope,alibi seed=0,1" --ray auto --max-concurrent 8 --json
 
-The grid means what the app's ablation grid means (lab/teach/grid.py owns both): axes by their short
+The grid means what the app's ablation grid means (lab/engine/grid.py owns both): axes by their short
 names (pos, norm, heads, layers, d_model, seed), values separated by commas, integer ranges as FIRST..LAST,
 every combination applied to the config the other flags make (the same flags as `train`), each run named
 by its values. Every config is checked before any run folder is written. The runs go through the job
@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 import pandas as pd
 
 from lab.config import ConfigError, RunConfig, flatten
-from lab.teach.grid import AXES, SWEEP_MAX_RUNS, build_grid, group_runs, parse_spec, spread
+from lab.engine.grid import AXES, SWEEP_MAX_RUNS, build_grid, group_runs, parse_spec, spread
 
 METRICS = {"final.eval.loss": "eval loss", "final.eval.exact_match": "exact-match", "final.ood.loss": "ood loss",
            "final.ood.exact_match": "ood exact-match"}
@@ -35,7 +35,7 @@ POLL_S = 0.5
 
 
 def add_sweep_command(sub: Any, add_config_flags: Callable[[argparse.ArgumentParser], None]) -> None:
-    """The `sweep` subcommand on lab/cli.py's subparsers, with train's config flags."""
+    """The `sweep` subcommand on lab/cli/main.py's subparsers, with train's config flags."""
     p = sub.add_parser("sweep", help="train every combination of a grid of config values (locally or on Ray)")
     p.add_argument("--grid", required=True, metavar="SPEC",
                    help="axes and values, e.g. \"pos=rope,alibi norm=pre,post seed=0..4\" (axes: "
@@ -135,7 +135,7 @@ def _follow(jobs: Any, store: Any, ids: list[str], cfgs: list[RunConfig]) -> Non
 
 def summarise(store: Any, ids: list[str]) -> tuple[list[dict[str, Any]], pd.DataFrame]:
     """Each run (id, name, state, error, final eval and ood metrics, Ray node) and the groups' table:
-    runs that differ only in seed, with 'mean [min, max]' of each final metric (lab/teach/grid.py)."""
+    runs that differ only in seed, with 'mean [min, max]' of each final metric (lab/engine/grid.py)."""
     runs, flat = [], {}
     for rid in ids:
         status, summary = store.status(rid), store.summary(rid) or {}

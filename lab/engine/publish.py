@@ -5,7 +5,7 @@ step=step)` per metric record of the store (train records as `train/<field>`, ev
 `eval/<field>`), then `trackio.finish()`. The name is a short label and the run id ("pos=rope seed=1
 [20261122-...-a1b2c3]"), so a board row leads back to the run in this app. The config is the run's
 flattened config (lab.config.flatten) plus its `run_id` and `state`. Runs of an ablation grid (named by
-their axis values, "pos=rope norm=pre seed=1", as lab/teach/grid.py names them) are grouped by those
+their axis values, "pos=rope norm=pre seed=1", as lab/engine/grid.py names them) are grouped by those
 values without the seed, so seed repeats share a group as they share a band in Compare; `group_by`
 (flat config keys) groups by other columns.
 

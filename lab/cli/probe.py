@@ -11,7 +11,7 @@ of held-out loss and exact-match with each head knocked out alone. The tables sh
 the run's task (lab/views/probing.py `quoted`): a text run's loss alone, induction's loss and accuracy on the
 predictable positions; the JSON keeps every metric. `sample` prints what a decoder run
 writes after a typed prompt. With --json, stdout carries exactly one JSON object. A bad value exits with
-status 2 and one line naming the flag (lab/cli.py's `main` prints it), never a traceback.
+status 2 and one line naming the flag (lab/cli/main.py's `main` prints it), never a traceback.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ _ONE_INTERVENTION = "--heads, --skip-attn, --skip-ff, --skip-block, --no-pos or 
 
 
 def add_parsers(sub: Any) -> None:
-    """The `ablate` and `sample` subcommands, on lab/cli.py's subparsers."""
+    """The `ablate` and `sample` subcommands, on lab/cli/main.py's subparsers."""
     a = sub.add_parser("ablate", help="held-out metrics of a stored run with heads, sublayers or the PE knocked out")
     a.add_argument("run_id")
     a.add_argument("--heads", default="", metavar="L.H,...",
@@ -69,7 +69,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def commands(open_store: Callable[[Any], Any]) -> dict[str, Callable[[argparse.Namespace], int]]:
-    """name -> command for lab/cli.py's `main`; `open_store` is its store opener (checks --runs-dir)."""
+    """name -> command for lab/cli/main.py's `main`; `open_store` is its store opener (checks --runs-dir)."""
     return {"ablate": lambda args: cmd_ablate(args, open_store(args.runs_dir)),
             "sample": lambda args: cmd_sample(args, open_store(args.runs_dir))}
 

@@ -1,4 +1,4 @@
-"""Command line for the class board: `python -m lab publish` (lab/publish.py does the work).
+"""Command line for the class board: `python -m lab publish` (lab/engine/publish.py does the work).
 
     python -m lab publish RUN_ID [RUN_ID ...] --project NAME [--space USER/SPACE] [--group-by KEYS] [--json]
     python -m lab publish --all --project NAME [...]          # every completed or stopped run in the store
@@ -11,7 +11,7 @@ bad flag (one line naming it) or when Trackio is not installed. With --json, std
 JSON object (`project, space_id, published, already, skipped[{run_id, reason}], names`); what Trackio
 prints goes to stderr.
 
-lab/cli.py registers it (`add_publish_command` on its subparsers, `commands` in its dispatch); `main`
+lab/cli/main.py registers it (`add_publish_command` on its subparsers, `commands` in its dispatch); `main`
 runs it alone, with a store opener given by the caller (this module imports no engine code).
 """
 from __future__ import annotations
@@ -22,13 +22,13 @@ import sys
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from lab.config import ConfigError
-from lab.publish import SPACE_ENV, TrackioMissing, check_group_by, check_project, finished_run_ids, publish_runs
+from lab.engine.publish import SPACE_ENV, TrackioMissing, check_group_by, check_project, finished_run_ids, publish_runs
 
 FLAGS = {"project": "--project", "group_by": "--group-by", "space": "--space"}  # publish_runs' fields -> flags
 
 
 def add_publish_command(sub: Any) -> None:
-    """The `publish` subcommand, on lab/cli.py's subparsers."""
+    """The `publish` subcommand, on lab/cli/main.py's subparsers."""
     p = sub.add_parser("publish", help="publish stored runs to a Trackio project (a class board)")
     p.add_argument("run_ids", nargs="*", metavar="RUN_ID", help="the runs to publish (a selection, a whole grid)")
     p.add_argument("--all", action="store_true", help="publish every completed or stopped run in the store")
@@ -44,7 +44,7 @@ def add_publish_command(sub: Any) -> None:
 
 
 def commands(open_store: Callable[[Any], Any]) -> dict[str, Callable[[argparse.Namespace], int]]:
-    """name -> command for lab/cli.py's `main`; `open_store` is its store opener (checks --runs-dir)."""
+    """name -> command for lab/cli/main.py's `main`; `open_store` is its store opener (checks --runs-dir)."""
     return {"publish": lambda args: cmd_publish(args, open_store(args.runs_dir))}
 
 
@@ -104,13 +104,13 @@ def cmd_publish(args: argparse.Namespace, store: Any) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, status 2, no usage dump (as lab/cli.py)
+    def error(self, message: str) -> NoReturn:  # one line, status 2, no usage dump (as lab/cli/main.py)
         sys.stderr.write(f"lab: error: {message}\n")
         raise SystemExit(2)
 
 
 def main(argv: Optional[Sequence[str]], open_store: Callable[[Any], Any]) -> int:
-    """`publish` alone (before or without lab/cli.py's registration): argv without the command name."""
+    """`publish` alone (before or without lab/cli/main.py's registration): argv without the command name."""
     parser = _Parser(prog="python -m lab")
     add_publish_command(parser.add_subparsers(dest="cmd", required=True, parser_class=_Parser))
     args = parser.parse_args(["publish", *(argv or [])])

@@ -2,7 +2,7 @@
 that Compare draws as a mean curve with a min-max band (no gradio here).
 
 A grid varies one to three axes of a base config (the Train tab's knobs), or up to every axis from the
-command line (`python -m lab sweep --grid "pos=rope,alibi norm=pre,post seed=0..4"`, lab/cli_sweep.py,
+command line (`python -m lab sweep --grid "pos=rope,alibi norm=pre,post seed=0..4"`, lab/cli/sweep.py,
 read by `parse_spec`). Every config is built and
 validated before anything is launched, so one invalid combination (e.g. heads=3 with d_model=64)
 stops the whole grid with a message naming the axis values. Each run's `name` encodes its values
