@@ -1,20 +1,24 @@
 """Toy sequence tasks: a registry of seeded generators of (input, target) batches.
 
-Each task is its shape (lab/taskshapes.py: alphabet, lengths, layout rules) plus the torch code that
-generates prompts and answers. A decoder-only model reads `prompt SEP answer` and is scored on the answer
-positions only (minGPT's ignore_index convention); an encoder-decoder reads the prompt in the encoder and
-`SEP answer[:-1]` in the decoder. Language-model tasks (induction, text) produce one sequence and a mask of
-scored positions.
+A task is declared once, by its shape in lab/taskshapes.py (name, alphabet, lengths, layout rules; the
+registry SHAPES lists every task). Here each task gets the torch code that generates its prompts and
+answers: a `Task` subclass names the task it generates (`class Copy(Task, task="copy")`) and holds its
+shape (`Task.shape`); TASKS pairs every registered shape with its generator, and importing this module
+fails if a shape has none or a generator names no shape. A task's sizes read through its generator too:
+`get_task(name).vocab_size(cfg)` is its shape's.
+
+A decoder-only model reads `prompt SEP answer` and is scored on the answer positions only (minGPT's
+ignore_index convention); an encoder-decoder reads the prompt in the encoder and `SEP answer[:-1]` in the
+decoder. Language-model tasks (induction, text) produce one sequence and a mask of scored positions.
 Every batch uses a single length, so no padding or padding masks are ever needed. A batch is made
 on its generator's device (a CUDA generator makes it on the GPU: no copy per training step).
-Exact-match
-under teacher forcing equals greedy decoding being right: every step's argmax is the answer.
+Exact-match under teacher forcing equals greedy decoding being right: every step's argmax is the answer.
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, ClassVar, Optional
 
 import torch
 from torch import Tensor
@@ -29,6 +33,11 @@ EVAL_SPLITS = {"train": 2, "eval": 0, "ood": 1}  # split -> offset of its fixed 
 PROBE_SEED = 7
 
 
+def draw_length(cfg: TaskConfig, gen: torch.Generator) -> int:
+    """A training batch's task length, uniform over [min_len, max_len] (a sync on a GPU generator)."""
+    return int(torch.randint(cfg.min_len, cfg.max_len + 1, (1,), generator=gen, device=gen.device))
+
+
 @dataclass(frozen=True)
 class Batch:
     inp: Tensor  # (B, T) decoder input tokens
@@ -40,9 +49,32 @@ class Batch:
         return Batch(self.inp.to(device, non_blocking=True), self.tgt.to(device, non_blocking=True), src)
 
 
-class Task(shapes.TaskShape):
-    """A task's shape (lab/taskshapes.py) plus how to generate its batches: subclasses define the prompt
-    and its answer."""
+class Task:
+    """How to generate a task's batches; subclasses define the prompt and its answer. A subclass names its
+    task (`class Copy(Task, task="copy")`); an instance holds the task's shape (lab/taskshapes.py), whose
+    sizes and rules (`vocab_size`, `sep`, `lengths`, `lm`, ...) read through the generator."""
+
+    generators: ClassVar[dict[str, type["Task"]]] = {}  # task name -> its generator class
+
+    def __init_subclass__(cls, task: str = "", **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if task:
+            if task in Task.generators:
+                first = Task.generators[task].__name__
+                raise TypeError(f"task {task!r} has two generators: {first}, {cls.__name__}")
+            Task.generators[task] = cls
+
+    def __init__(self, shape: shapes.TaskShape) -> None:
+        self.shape = shape
+
+    def __getattr__(self, attr: str) -> Any:
+        """The shape's attributes and methods, for what the generator does not define itself."""
+        if attr.startswith("__") or attr == "shape":  # copying and pickling look these up before __init__
+            raise AttributeError(attr)
+        return getattr(self.shape, attr)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.shape.name!r})"
 
     def gen_prompt(self, cfg: TaskConfig, length: int, n: int, gen: torch.Generator, split: str) -> Tensor:
         return torch.randint(0, cfg.n_symbols, (n, length), generator=gen, device=gen.device)
@@ -57,9 +89,7 @@ class Task(shapes.TaskShape):
 
     def batch(self, cfg: TaskConfig, arch: str, n: int, gen: torch.Generator,
               length: Optional[int] = None, split: str = "train") -> Batch:
-        if length is None:
-            lo, hi = cfg.min_len, cfg.max_len
-            length = int(torch.randint(lo, hi + 1, (1,), generator=gen, device=gen.device))  # a sync on a GPU
+        length = draw_length(cfg, gen) if length is None else length
         prompt = self.gen_prompt(cfg, length, n, gen, split)  # (n, P)
         return self.layout(cfg, arch, prompt, self.solve(cfg, prompt))
 
@@ -70,7 +100,7 @@ class Task(shapes.TaskShape):
 
     def layout(self, cfg: TaskConfig, arch: str, prompt: Tensor, answer: Tensor) -> Batch:
         n, p = prompt.shape
-        sep = torch.full((n, 1), self.sep(cfg), dtype=torch.long, device=prompt.device)
+        sep = torch.full((n, 1), self.shape.sep(cfg), dtype=torch.long, device=prompt.device)
         if arch == "encoder-decoder":
             return Batch(inp=torch.cat([sep, answer[:, :-1]], 1), tgt=answer.clone(), src=prompt)
         full = torch.cat([prompt, sep, answer], 1)  # (n, P + 1 + A)
@@ -79,17 +109,17 @@ class Task(shapes.TaskShape):
         return Batch(inp=full[:, :-1].contiguous(), tgt=tgt)
 
 
-class Copy(Task, shapes.Copy):
+class Copy(Task, task="copy"):
     def solve(self, cfg, prompt):
         return prompt.clone()
 
 
-class Reverse(Task, shapes.Reverse):
+class Reverse(Task, task="reverse"):
     def solve(self, cfg, prompt):
         return prompt.flip(1)
 
 
-class Sort(Task, shapes.Sort):
+class Sort(Task, task="sort"):
     def gen_prompt(self, cfg, length, n, gen, split):
         dev = gen.device
         x = torch.randint(0, cfg.n_symbols, (n, length), generator=gen, device=dev)
@@ -103,8 +133,9 @@ class Sort(Task, shapes.Sort):
         return prompt.sort(dim=1).values
 
 
-class Addition(Task, shapes.Addition):
-    """a + b with `length` digits each; answer digits reversed, least significant first (minGPT adder)."""
+class Addition(Task, task="addition"):
+    """Two random `length`-digit numbers `a + b`, most significant digit first, and their sum's digits
+    least significant first (minGPT's adder)."""
 
     def gen_prompt(self, cfg, length, n, gen, split):
         a = torch.randint(0, 10, (n, length), generator=gen, device=gen.device)
@@ -122,8 +153,8 @@ class Addition(Task, shapes.Addition):
         return torch.stack(out + [carry], 1)  # (n, L + 1)
 
 
-class ModularAddition(Task, shapes.ModularAddition):
-    """(a + b) mod p from the tokens `a b =`, scored at `=` only (Power et al. 2022, grokking).
+class ModularAddition(Task, task="modular_addition"):
+    """Prompts `a b` drawn from one side of a fixed split of all pairs (Power et al. 2022, grokking).
 
     The (a, b) pairs are split once, with a fixed seed, into train_fraction for training and the
     rest held out, so test accuracy measures generalisation to unseen pairs.
@@ -151,7 +182,7 @@ def _split_pairs(cfg: TaskConfig, split: str, device: torch.device) -> Tensor:
     return torch.stack([idx // p, idx % p], 1).to(device)  # (N, 2); copied to a GPU once
 
 
-class Parity(Task, shapes.Parity):
+class Parity(Task, task="parity"):
     def gen_prompt(self, cfg, length, n, gen, split):
         return torch.randint(0, 2, (n, length), generator=gen, device=gen.device)
 
@@ -159,15 +190,16 @@ class Parity(Task, shapes.Parity):
         return prompt.sum(1, keepdim=True) % 2
 
 
-class Histogram(Task, shapes.Histogram):
-    """For each input symbol, how often it occurs in the input (Weiss et al. 2021, RASP)."""
+class Histogram(Task, task="histogram"):
+    """Random symbols; each one's answer is its count c in the input, as the token n_symbols + c - 1
+    (Weiss et al. 2021, RASP)."""
 
     def solve(self, cfg, prompt):
         counts = (prompt[:, :, None] == prompt[:, None, :]).sum(-1)  # (n, L)
         return cfg.n_symbols + counts - 1
 
 
-class Induction(Task, shapes.Induction):
+class Induction(Task, task="induction"):
     """Random tokens, then a random segment repeated periodically from a random offset.
 
     The loss covers the repeats only; predicting them needs an induction head: find the
@@ -176,8 +208,7 @@ class Induction(Task, shapes.Induction):
     """
 
     def batch(self, cfg, arch, n, gen, length=None, split="train"):
-        if length is None:
-            length = int(torch.randint(cfg.min_len, cfg.max_len + 1, (1,), generator=gen, device=gen.device))
+        length = draw_length(cfg, gen) if length is None else length
         seq, scored = induction_sequences(cfg.n_symbols, length, n, gen)
         tgt = seq[:, 1:].masked_fill(~scored[:, 1:], IGNORE_INDEX)
         return Batch(inp=seq[:, :-1].contiguous(), tgt=tgt)
@@ -204,14 +235,13 @@ def induction_sequences(vocab: int, length: int, n: int, gen: torch.Generator) -
     return seq, repeated
 
 
-class Text(Task, shapes.Text):
+class Text(Task, task="text"):
     """A character-level language model (Karpathy's char-rnn; minGPT's projects/chargpt): random windows of
     `length` characters, every position scored on the next character. Training windows come from the
     first 90% of the text, held-out ones from the last 10% (lab/textdata.py)."""
 
     def batch(self, cfg, arch, n, gen, length=None, split="train"):
-        if length is None:
-            length = int(torch.randint(cfg.min_len, cfg.max_len + 1, (1,), generator=gen, device=gen.device))
+        length = draw_length(cfg, gen) if length is None else length
         data = text_tokens(textdata.text_of(cfg.text), "train" if split == "train" else "eval", gen.device)
         starts = torch.randint(0, data.numel() - length + 1, (n, 1), generator=gen, device=gen.device)  # (n, 1)
         seq = data[starts + torch.arange(length, device=gen.device)]  # (n, length)
@@ -236,10 +266,15 @@ def text_tokens(text: str, split: str, device: torch.device) -> Tensor:
     return (ids[:cut] if split == "train" else ids[cut:]).to(device)
 
 
-TASKS: dict[str, Task] = {
-    t.name: t for t in (Copy(), Reverse(), Sort(), Addition(), ModularAddition(), Induction(), Parity(), Histogram(),
-                        Text())
-}
+def _registry() -> dict[str, Task]:
+    """Every registered task's generator, holding its shape, in the registry's order."""
+    unpaired = set(shapes.SHAPES) ^ set(Task.generators)
+    if unpaired:
+        raise TypeError(f"tasks without both a shape and a generator: {', '.join(sorted(unpaired))}")
+    return {name: Task.generators[name](shape) for name, shape in shapes.SHAPES.items()}
+
+
+TASKS: dict[str, Task] = _registry()
 
 
 def get_task(name: str) -> Task:

@@ -1,7 +1,12 @@
 """The shape of each toy task: alphabet, prompt and answer lengths, which lengths are trained and
 evaluated, and which architectures can run it. Plain arithmetic, no torch, so a config can check that its
 longest sequence fits the model (lab/config.py) and limits and time estimates can size a run before
-anything is built. lab/tasks.py adds to each shape the torch code that generates its batches.
+anything is built.
+
+This module is the one registry of tasks: a task is declared by its shape class here, with its name, and
+listed once in SHAPES; the task names everywhere (lab/config.py's task.name choices, the app's dropdown,
+the command line) are SHAPES' keys. Its batch generator in lab/tasks.py names the task it generates
+(`class Copy(Task, task="copy")`) and holds this shape (`Task.shape`) rather than repeating it.
 
 Decoder-only models read `prompt SEP answer` (scored on the answer only, minGPT's convention); an
 encoder-decoder reads the prompt in the encoder and `SEP answer[:-1]` in the decoder. Language-model
@@ -79,6 +84,11 @@ class TaskShape:
     def decode(self, cfg: TaskConfig, tokens: list[int]) -> Optional[str]:
         """Token ids as the text they stand for, for tasks whose prompts are typed text (the inverse of
         `encode_prompt`); None for the others, whose tokens read as labels."""
+        return None
+
+    def unigram(self, cfg: TaskConfig) -> Optional[float]:
+        """The loss (nats) of the best model that ignores context, where it differs from chance (the text
+        task: its training characters' entropy); None elsewhere (see LossBaselines)."""
         return None
 
     def max_seq_len(self, cfg: TaskConfig, arch: str) -> int:
@@ -242,6 +252,9 @@ class Text(TaskShape):
         """Token ids -> the characters they stand for (the inverse of `encode_prompt`)."""
         return textdata.decode(tokens, self.chars(cfg))
 
+    def unigram(self, cfg):
+        return textdata.training_unigram_entropy(textdata.text_of(cfg.text))
+
     def check(self, cfg, arch):
         if arch != "decoder":
             raise ConfigError("task.name", "'text' is a language-model task: it needs model.arch 'decoder'")
@@ -258,14 +271,22 @@ class Text(TaskShape):
         return cfg.max_len - 1
 
 
+# The registry: every task, once, in the order the app and the command line list them.
 SHAPES: dict[str, TaskShape] = {
     s.name: s for s in (Copy(), Reverse(), Sort(), Addition(), ModularAddition(), Induction(), Parity(), Histogram(),
                         Text())
 }
+TASK_NAMES: tuple[str, ...] = tuple(SHAPES)  # task.name's allowed values (lab/config.py)
 
 
 def task_shape(name: str) -> TaskShape:
     return SHAPES[name]
+
+
+def readers(field: str) -> tuple[str, ...]:
+    """The tasks that read task config field `field` ("n_symbols"), in registry order (the field's help
+    names them; the app hides the field for the others)."""
+    return tuple(name for name, shape in SHAPES.items() if field in shape.reads)
 
 
 def headline_metrics(name: str) -> tuple[str, ...]:
@@ -295,5 +316,4 @@ class LossBaselines:
 def loss_baselines(cfg: TaskConfig) -> LossBaselines:
     """The loss baselines of a task config, in nats (see LossBaselines)."""
     shape = SHAPES[cfg.name]
-    unigram = textdata.training_unigram_entropy(textdata.text_of(cfg.text)) if cfg.name == "text" else None
-    return LossBaselines(math.log(shape.vocab_size(cfg)), unigram)
+    return LossBaselines(math.log(shape.vocab_size(cfg)), shape.unigram(cfg))
