@@ -5,7 +5,8 @@ with `knob(...)` (lab/fields.py): its default, bounds, label, one-line help, CLI
 and whether it is an ablation axis; validation, the CLI, the app's knobs, the grid's axes and Compare's
 columns all read that declaration. Variants are made with `dataclasses.replace`. `__post_init__` only
 validates; derived values are properties. Every error names the field, the value and what is allowed.
-This module imports no torch (task sizes come from lab/taskshapes.py), so the UI can validate cheaply.
+This module imports no torch (the task names and sizes come from lab/taskshapes.py, the task registry), so
+the UI can validate cheaply.
 """
 from __future__ import annotations
 
@@ -16,19 +17,17 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, get_args
 
 from lab.fields import ConfigError, FieldInfo, Widget, iter_fields, knob, shown, suggest, validate
-from lab.taskshapes import task_shape
-from lab.textdata import ALLOWED as TEXT_ALLOWED, check_text, short_form
+from lab.taskshapes import TASK_NAMES, readers, task_shape
+from lab.textdata import ALLOWED as TEXT_ALLOWED, SPLIT as TEXT_SPLIT, check_text, short_form
 
 SCHEMA_VERSION = 1
 
-# One closed set of values per ablation axis. UI dropdowns read these tuples.
+# One closed set of values per ablation axis. UI dropdowns read these tuples (TASK_NAMES: lab/taskshapes.py).
 Arch = Literal["decoder", "encoder-decoder"]
 Norm = Literal["pre", "post", "none"]
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
 Activation = Literal["relu", "gelu"]
-TaskName = Literal[
-    "copy", "reverse", "sort", "addition", "modular_addition", "induction", "parity", "histogram", "text"
-]
+TaskName = Literal[TASK_NAMES]  # the registered tasks (lab/taskshapes.py SHAPES), in the registry's order
 Schedule = Literal["cosine", "linear", "constant"]
 Device = Literal["auto", "cpu", "cuda", "mps"]
 
@@ -36,7 +35,6 @@ ARCHS: tuple[str, ...] = get_args(Arch)
 NORMS: tuple[str, ...] = get_args(Norm)
 POS_ENCODINGS: tuple[str, ...] = get_args(PosEncoding)
 ACTIVATIONS: tuple[str, ...] = get_args(Activation)
-TASK_NAMES: tuple[str, ...] = get_args(TaskName)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 DEVICES: tuple[str, ...] = get_args(Device)
 
@@ -56,6 +54,11 @@ def _number(lo: float | None = None, hi: float | None = None) -> Widget:
 DROPDOWN, RADIO = Widget("dropdown"), Widget("radio")
 
 
+def _only(field: str) -> str:
+    """'modular_addition only': the start of the help of a task field that few tasks read."""
+    return f"{', '.join(readers(field))} only"
+
+
 @dataclass(frozen=True)
 class TaskConfig:
     """Which toy task, and the lengths it is trained and evaluated at."""
@@ -70,15 +73,15 @@ class TaskConfig:
     ood_len: int = knob(0, label="Longest evaluation length", help="Evaluation beyond training uses lengths up to "
                         "this; 0 means twice the longest training length.", lo=0, hi=1024, widget=_number(0),
                         advanced=True)
-    n_symbols: int = knob(10, label="Alphabet size", help="How many distinct symbols the inputs use (copy, reverse, "
-                          "sort, induction, histogram).", lo=2, hi=1000, widget=_slider(2, 64))
-    modulus: int = knob(97, label="Modulus p", help="modular_addition only: the model learns (a + b) mod p.",
+    n_symbols: int = knob(10, label="Alphabet size", help="How many distinct symbols the inputs use "
+                          f"({', '.join(readers('n_symbols'))}).", lo=2, hi=1000, widget=_slider(2, 64))
+    modulus: int = knob(97, label="Modulus p", help=f"{_only('modulus')}: the model learns (a + b) mod p.",
                         lo=2, hi=1000, widget=_number(2), advanced=True)
-    train_fraction: float = knob(0.3, label="Training fraction", help="modular_addition only: the share of all "
-                                 "(a, b) pairs seen in training; the rest are held out.", lo=0.0, hi=0.95,
+    train_fraction: float = knob(0.3, label="Training fraction", help=f"{_only('train_fraction')}: the share of "
+                                 "all (a, b) pairs seen in training; the rest are held out.", lo=0.0, hi=0.95,
                                  lo_open=True, widget=_slider(0.05, 0.95, 0.05), advanced=True)
-    text: str = knob("", label="Your text", help=f"text only: a character-level language model learns to continue "
-                     f"it; the first 90% trains, the last 10% is held out ({TEXT_ALLOWED}).",
+    text: str = knob("", label="Your text", help=f"{_only('text')}: a character-level language model learns to "
+                     f"continue it; {TEXT_SPLIT} ({TEXT_ALLOWED}).",
                      widget=Widget("textbox", when=("task.name", "text")))
 
     def __post_init__(self) -> None:

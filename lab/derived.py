@@ -25,9 +25,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Collection, Mapping, Optional
 
-from lab.config import ARCHS, TASK_NAMES, ModelConfig, RunConfig, TaskConfig, TrainConfig
+from lab.config import ARCHS, ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.fields import ConfigError
-from lab.taskshapes import SHAPES, task_shape
+from lab.taskshapes import SHAPES, TASK_NAMES, task_shape
 
 N_CTX_FLOOR = 8
 N_CTX = "model.n_ctx"

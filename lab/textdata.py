@@ -25,6 +25,7 @@ MIN_CHARS = 200  # so that the held-out part (the last 10%) holds a window
 MAX_CHARS = 100_000
 MAX_DISTINCT = 200  # distinct characters: the vocabulary, so the embedding and the head stay small
 HELD_OUT = 0.1  # the last tenth of the text is the held-out split
+SPLIT = f"the first {1 - HELD_OUT:.0%} trains, the last {HELD_OUT:.0%} is held out"  # HELD_OUT in words
 ALLOWED = (f"{MIN_CHARS:,} to {MAX_CHARS:,} characters of printable text, newlines and tabs, at most "
            f"{MAX_DISTINCT} distinct ones; or empty for the built-in text")
 # control characters other than tab and newline (C0, DEL, C1) and lone surrogates (no valid text has them)
