@@ -23,15 +23,14 @@ from typing import Any, Optional
 import gradio as gr
 
 from lab.config import ConfigError, flatten
-from lab.views.analysis import allowed_symbols, attention, load_model, parse_probe, positional_view, sampled_probe
+from lab.views.analysis import MAX_PROBE_CHARS, PROBE_SOURCES, allowed_symbols, attention, load_model, parse_probe, positional_view, sampled_probe
 from lab.views.plots import KIND_TITLES, attention_grid, pca_figure, positional_figure
 from lab.views.run_labels import short_label
 from ui.common import AppContext, errors_as_messages, with_api_params
 from ui.intervene import build_intervene_panel
 
-KINDS = ("enc_self", "dec_self", "cross")
-SOURCES = ("sampled", "typed")
-MAX_PROBE_CHARS = 1000
+KINDS = tuple(KIND_TITLES)  # the attention kinds, in the order their figures stand
+SOURCES = PROBE_SOURCES
 TYPED_LABEL = "Typed input"  # the box's label: its messages name it
 TYPED_CAPTION = "Typed input, final weights."
 ROWS_NOTE = " Rows are queries (the token attending), columns are keys; each row sums to 1."

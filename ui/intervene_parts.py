@@ -14,9 +14,10 @@ import gradio as gr
 
 from lab.config import ConfigError, RunConfig
 from lab.engine.storefs import RunNotFoundError
-from lab.interventions import Interventions, applied, parse_heads, parse_layers
+from lab.interventions import MODES, Interventions, applied, parse_heads, parse_layers
+from lab.interventions import POSITIONAL as INTERVENED_POSITIONAL
 from lab.model import Transformer
-from lab.views.analysis import (ProbeInput, attention, generation_prompt, load_model, parse_probe, sampled_probe,
+from lab.views.analysis import (MAX_PROBE_CHARS, PROBE_SOURCES, ProbeInput, attention, generation_prompt, load_model, parse_probe, sampled_probe,
                                 tokens_text)
 from lab.views.plots import KIND_TITLES, attention_grid
 from lab.views.probe_plots import (answer_frame, answer_summary, importance_frame, importance_sentence,
@@ -25,10 +26,9 @@ from lab.views.probing import (ablation_report, generate, greedy_answer, importa
                                measured_on)
 from ui.common import AppContext
 
-KINDS = ("enc_self", "dec_self", "cross")
-POSITIONAL = [("intact", "intact"), ("removed", "none"), ("shuffled", "shuffle")]  # (label, value)
-MODES = ("zero", "mean")
-MAX_TEXT = 1000  # characters of a typed input or prompt
+KINDS = tuple(KIND_TITLES)  # the attention kinds, in the order their figures stand
+POSITIONAL = list(zip(("intact", "removed", "shuffled"), INTERVENED_POSITIONAL))  # (label, value)
+MAX_TEXT = MAX_PROBE_CHARS  # characters of a typed input or prompt
 MAX_MAPS = 16  # importance maps kept in memory (one per run, final step and knockout mode)
 LENS_NOTE = ("What the model would predict if the stack stopped after each layer: the decoder's residual stream "
              "through the final norm and the head, for the probe input above.")
@@ -77,8 +77,8 @@ def final_model(ctx: AppContext, run_id: Any, step: Any = None) -> tuple[RunConf
 
 
 def probe_input(cfg: RunConfig, source: Any, text: Any) -> ProbeInput:
-    if source not in ("sampled", "typed"):
-        raise ConfigError("Probe input", f"{source!r} is not one of sampled, typed")
+    if source not in PROBE_SOURCES:
+        raise ConfigError("Probe input", f"{source!r} is not one of {', '.join(PROBE_SOURCES)}")
     if source == "sampled":
         return sampled_probe(cfg)
     if not isinstance(text, str) or len(text) > MAX_TEXT:

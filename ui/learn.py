@@ -13,6 +13,7 @@ import gradio as gr
 
 from lab.config import ConfigError, flatten
 from lab.teach.lesson_figures import page_figure
+from lab.views.analysis import MAX_PROBE_CHARS
 from lab.teach.lesson_pages import PAGE_KEYS, PAGES, markdown, page
 from lab.teach.lessons import Subject, default_subject
 from lab.engine.storefs import RunNotFoundError
@@ -21,7 +22,6 @@ from ui.common import AppContext, errors_as_messages, with_api_params
 from ui.inspect import run_choices
 
 NO_RUN = "(untrained default model)"  # never a run id: run ids start with a letter or digit
-MAX_PROBE_CHARS = 1000
 LATEX = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]
 
 

@@ -44,6 +44,7 @@ from lab.engine.storefs import (DamagedRunError, RunIdError, RunNotFoundError, _
 RUN_STATES = ("queued", "running", "completed", "stopped", "failed", "interrupted")
 LIVE_STATES = ("queued", "running")
 TERMINAL_STATES = ("completed", "stopped", "failed", "interrupted")
+FINISHED_STATES = ("completed", "stopped")  # ended with a final evaluation (a stopped run is evaluated as it stops)
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _RECORD_KINDS = {StepRecord: "train", EvalRecord: "eval"}
 _METRIC_COLUMNS = list(dict.fromkeys(["kind", "step", *(f.name for r in _RECORD_KINDS for f in dataclasses.fields(r))]))

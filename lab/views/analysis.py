@@ -17,6 +17,9 @@ from lab.model import Transformer
 from lab.positional import build_positional
 from lab.tasks import IGNORE_INDEX, Batch, get_task, probe
 
+PROBE_SOURCES = ("sampled", "typed")  # the probe input: the task's fixed sample, or one the user types
+MAX_PROBE_CHARS = 1000  # characters of a typed probe (or a generation prompt) the app accepts
+
 
 def load_model(cfg: RunConfig, state_dict: Optional[dict[str, torch.Tensor]] = None) -> Transformer:
     """A fresh CPU model in eval mode: stored weights if given, else the seeded initialisation."""
@@ -184,7 +187,7 @@ def positional_view(cfg: RunConfig, state_dict: Optional[dict[str, torch.Tensor]
                               None if rel is None else rel.numpy(), pe.table_note)
     tab = table.detach().double().numpy()
     k = min(2, tab.shape[0], tab.shape[1])
-    from sklearn.decomposition import PCA  # here, not at import: it costs ~1 s of the app's cold start
+    from sklearn.decomposition import PCA  # here, not at import: importing it slows the app's cold start
 
     pca = PCA(n_components=k).fit(tab)
     coords = pca.transform(tab)
