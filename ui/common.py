@@ -1,5 +1,5 @@
 """What every tab shares: the app context, error handling that never shows a traceback, callbacks with
-named API parameters, the runs a browser remembers and who may act on them. How runs are labelled and
+named API parameters, event outputs by name, the runs a browser remembers and who may act on them. How runs are labelled and
 which curves they draw live in lab/views/run_labels.py and lab/views/curves.py."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import functools
 import inspect
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Iterator, Optional
 
 import gradio as gr
@@ -18,7 +18,6 @@ from lab.engine.limits import valid_owner
 from lab.engine.store import RunIdError, RunStore
 
 log = logging.getLogger("lab.app")
-TERMINAL = ("completed", "stopped", "failed", "interrupted")
 
 
 @dataclass(frozen=True)
@@ -64,6 +63,28 @@ def with_api_params(fn: Callable, names: list[str]) -> Callable:
 
     wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     return wrapper
+
+
+def kept() -> Any:
+    """An `Outputs` field's default: an output left unnamed keeps what the page shows (gr.skip())."""
+    return field(default_factory=gr.skip)
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """An event's outputs by name. A subclass declares one field per output, in the event's output order,
+    each named as the component it writes (a tab's view attribute) and defaulting to `kept()`; a handler
+    builds it by name and returns `values()`, the event is wired with `wired(view)`: both follow the one
+    field order, so no handler's tuple has to match a list written elsewhere."""
+
+    def values(self) -> tuple:
+        """What the handler returns: each field's value in the declared order."""
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    @classmethod
+    def wired(cls, view: Any = None, **components: Any) -> list:
+        """The event's outputs: each field's component, by name from `components` or else from `view`."""
+        return [components[f.name] if f.name in components else getattr(view, f.name) for f in fields(cls)]
 
 
 def _one_line(exc: BaseException) -> str:

@@ -10,7 +10,7 @@ the last change (a curve switch once left the previous curve's values under the 
 by a slower second handler). The page's last drawn state is kept in a gr.State, so a call sends only
 what changed: an idle page sends nothing, and the picker's labels update without firing it again.
 
-Other tabs (presets, the ablation grid) open it on their runs through `CompareTab.opener`.
+Other tabs (presets, the ablation grid) open it on their runs through `opening` and `CompareTab.opener`.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import pandas as pd
 
 from lab.views.plots import bands_figure, curves_figure, to_png
 from lab.views.curves import CURVES, X_AXES
-from ui.common import AppContext, errors_as_messages, with_api_params
+from ui.common import AppContext, Outputs, errors_as_messages, kept, with_api_params
 from ui.compare_render import Controls, NoteSource, render
 from ui.compare_views import (FILTER_LABELS, FILTER_PARAMS, FILTERS, FINALS, GROUP_COLS, SMOOTHING, TABLE_COLS,
                               choices, filtered, final_tables, group_frames, metric_list, series_frames)
@@ -44,15 +44,26 @@ class CompareTab:
     note: gr.Markdown
     curves: gr.Plot
 
-    def opener(self) -> list:
-        """Outputs for opening Compare on other runs, in the order of `opening`'s values."""
-        return [self.pick, self.metric, self.group]
+    def opener(self, tabs: gr.Tabs) -> dict[str, Any]:
+        """The components that opening Compare on other runs writes, by `Opened`'s field names."""
+        return {"tabs": tabs, "pick": self.pick, "metric": self.metric, "group": self.group}
 
 
-def opening(ctx: AppContext, run_ids: list[str], metric: Optional[str] = None) -> tuple:
-    """Values for `CompareTab.opener()`: the picker set to `run_ids`, the curve `metric` (None: as it
-    is), grouping on. One event redraws the tab once they are in (see the module's docstring)."""
-    return select(ctx, run_ids), gr.skip() if metric is None else gr.update(value=[metric]), gr.Checkbox(value=True)
+@dataclass(frozen=True)
+class Opened(Outputs):
+    """Compare opened on other runs: the tab bar, the picker, the curves, the grouping (`opening`)."""
+    tabs: Any = kept()
+    pick: Any = kept()
+    metric: Any = kept()
+    group: Any = kept()
+
+
+def opening(ctx: AppContext, run_ids: list[str], metric: Optional[str] = None) -> dict[str, Any]:
+    """Compare opened on `run_ids`, by `Opened`'s field names: the tab selected, the picker set to them, the
+    curve `metric` (None: as it is), grouping on. One event redraws the tab once they are in (see the
+    module's docstring)."""
+    return {"tabs": gr.Tabs(selected="compare"), "pick": select(ctx, run_ids),
+            "metric": gr.skip() if metric is None else gr.update(value=[metric]), "group": gr.Checkbox(value=True)}
 
 
 def select(ctx: AppContext, run_ids: list[str]) -> dict:

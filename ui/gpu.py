@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable, Iterator, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional
 
 import gradio as gr
-
 
 from lab.config import ConfigError, RunConfig
 from lab.engine.chunks import Chunk, request_stop, run_chunk, train_in_chunks
 from lab.engine.environment import detect
-from ui.common import AppContext, with_api_params
+from lab.engine.store import LIVE_STATES
+from ui.common import AppContext, Outputs, kept, with_api_params
 
 log = logging.getLogger("lab.app")
 CHUNK_S = float(os.environ.get("LAB_GPU_CHUNK_S", "40"))  # training time per GPU call
@@ -109,18 +110,28 @@ def train_on_gpu(ctx: AppContext, cfg: RunConfig, owner: str) -> Iterator[tuple[
 def stop_gpu_run(ctx: AppContext, run_id: str) -> bool:
     """Ask a run that trains in GPU chunks (no job manager knows it) to stop: its chunk stops at its next
     check, or the next chunk at once. True if the run was live."""
-    if ctx.store.status(run_id).get("state") not in ("queued", "running"):
+    if ctx.store.status(run_id).get("state") not in LIVE_STATES:
         return False
     request_stop(ctx.store, run_id)
     return True
 
 
+@dataclass(frozen=True)
+class GpuOut(Outputs):
+    """Train on GPU's outputs: the run picker, the remembered runs, the live timer, the note beside Start."""
+    run_pick: Any = kept()
+    my_runs: Any = kept()
+    timer: Any = kept()
+    note: Any = kept()
+
+
 def wire_gpu_button(ctx: AppContext, button: gr.Button, inputs: list, run_ids: Callable[[list, str], list],
-                    outputs: list, read_config: Callable[[tuple], RunConfig], problem: Callable[[Exception], str],
+                    view: Any, read_config: Callable[[tuple], RunConfig], problem: Callable[[Exception], str],
                     api_names: list[str]) -> None:
     """Train on GPU's event: a generator from the clicking user's request (ZeroGPU charges the chunks to
-    that user), updating the run picker, the remembered runs, the timer and the note beside the buttons.
-    `run_ids(runs, new)`: the page's remembered runs with the new one first."""
+    that user), updating the run picker, the remembered runs, the timer and the note beside the buttons
+    (`view`'s components named as GpuOut's fields). `run_ids(runs, new)`: the page's remembered runs with
+    the new one first."""
     def on_gpu(*args: object):
         *vals, runs, who = args
         try:
@@ -128,12 +139,13 @@ def wire_gpu_button(ctx: AppContext, button: gr.Button, inputs: list, run_ids: C
             steps = train_on_gpu(ctx, cfg, who if isinstance(who, str) else "")
             run_id, text = next(steps)
         except ConfigError as exc:
-            yield gr.skip(), gr.skip(), gr.skip(), problem(exc)
+            yield GpuOut(note=problem(exc)).values()
             return
         listed = run_ids(runs if isinstance(runs, list) else [], run_id)
-        yield gr.Dropdown(choices=listed, value=run_id), listed, gr.Timer(active=True), text
+        yield GpuOut(run_pick=gr.Dropdown(choices=listed, value=run_id), my_runs=listed, timer=gr.Timer(active=True),
+                     note=text).values()
         for _, text in steps:
-            yield gr.skip(), gr.skip(), gr.Timer(active=True), text
+            yield GpuOut(timer=gr.Timer(active=True), note=text).values()
 
-    button.click(with_api_params(on_gpu, api_names), inputs=inputs, outputs=outputs, api_name="start_gpu",
+    button.click(with_api_params(on_gpu, api_names), inputs=inputs, outputs=GpuOut.wired(view), api_name="start_gpu",
                  preprocess=False, concurrency_limit=None, show_progress="hidden")

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import gradio as gr
 
 from lab.config import ConfigError, in_words
 from lab.engine.grid import AXES, MAX_AXES, MAX_RUNS, build_grid
-from ui.common import AppContext, errors_as_messages, with_api_params, remember_runs
+from ui.common import AppContext, Outputs, errors_as_messages, kept, remember_runs, with_api_params
 from ui.compare import opening
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values
 
@@ -40,22 +41,34 @@ class GridPanel:
 
     def wire(self, tabs: gr.Tabs, compare: Any) -> None:
         """Register Launch once Compare exists: it opens Compare on the grid's runs, grouped."""
-        ctx, n_knobs = self.ctx, len(KNOB_KEYS)
-
-        @errors_as_messages
-        def on_launch(*args: Any):
-            knobs, rest = args[:n_knobs], args[n_knobs:]
-            cfgs = grid_configs(knobs, rest[:2 * MAX_AXES])
-            runs, who = rest[2 * MAX_AXES:]
-            ids = ctx.jobs.submit_many(cfgs, owner=who if isinstance(who, str) else "")
-            text = (f"✅ **Launched {len(ids)} runs** ({', '.join(c.name for c in cfgs[:4])}"
-                    f"{', …' if len(cfgs) > 4 else ''}). Compare shows them as they train.")
-            return text, remember_runs(runs, ids), gr.Tabs(selected="compare"), *opening(ctx, ids)
-
         inputs = self.knob_inputs + _axis_inputs(self) + [self.my_runs, self.owner]
-        self.launch.click(with_api_params(on_launch, api_names() + ["my_runs", "owner"]), inputs=inputs,
-                          outputs=[self.preview, self.my_runs, tabs, *compare.opener()],
+        self.launch.click(with_api_params(partial(launch_grid, self.ctx), api_names() + ["my_runs", "owner"]),
+                          inputs=inputs, outputs=GridLaunch.wired(self, **compare.opener(tabs)),
                           api_name="grid_launch", preprocess=False)
+
+
+@dataclass(frozen=True)
+class GridLaunch(Outputs):
+    """Launch's outputs: the preview line (what was launched), the remembered runs, Compare opened on them."""
+    preview: Any = kept()
+    my_runs: Any = kept()
+    tabs: Any = kept()
+    pick: Any = kept()
+    metric: Any = kept()
+    group: Any = kept()
+
+
+@errors_as_messages
+def launch_grid(ctx: AppContext, *args: Any) -> tuple:
+    """Submit every run of the grid (knob values, (axis, values) pairs, then the browser's runs and owner)."""
+    n_knobs = len(KNOB_KEYS)
+    knobs, rest = args[:n_knobs], args[n_knobs:]
+    cfgs = grid_configs(knobs, rest[:2 * MAX_AXES])
+    runs, who = rest[2 * MAX_AXES:]
+    ids = ctx.jobs.submit_many(cfgs, owner=who if isinstance(who, str) else "")
+    text = (f"✅ **Launched {len(ids)} runs** ({', '.join(c.name for c in cfgs[:4])}"
+            f"{', …' if len(cfgs) > 4 else ''}). Compare shows them as they train.")
+    return GridLaunch(preview=text, my_runs=remember_runs(runs, ids), **opening(ctx, ids)).values()
 
 
 def axis_choices(hidden: tuple[str, ...] | list[str] = ()) -> list[tuple[str, str]]:
@@ -90,6 +103,12 @@ def preview_text(ctx: AppContext, knobs: tuple, pairs: tuple) -> str:
     return f"**{n} run{'s' if n != 1 else ''}.** {ctx.jobs.estimate(cfgs).text(counted=False)}"
 
 
+@errors_as_messages
+def on_preview(ctx: AppContext, *args: Any) -> str:
+    """The preview line for the knobs' values and the (axis, values) pairs."""
+    return preview_text(ctx, args[:len(KNOB_KEYS)], args[len(KNOB_KEYS):])
+
+
 def build_grid_panel(ctx: AppContext, widgets: dict, my_runs: gr.BrowserState,
                      owner: gr.BrowserState) -> GridPanel:
     """The accordion (call inside the Train tab); call `.wire(tabs, compare)` once Compare is built."""
@@ -107,10 +126,6 @@ def build_grid_panel(ctx: AppContext, widgets: dict, my_runs: gr.BrowserState,
     knob_inputs = [widgets[k] for k in KNOB_KEYS]
     panel = GridPanel(axes, values, preview, launch, knob_inputs, my_runs, owner, ctx)
 
-    @errors_as_messages
-    def on_preview(*args: Any) -> str:
-        return preview_text(ctx, args[:len(KNOB_KEYS)], args[len(KNOB_KEYS):])
-
     # A newly chosen axis gets example values if its box is empty. In the browser, at once: a server
     # round trip could land after the user had typed values, and overwrite them.
     on_axis = f"(axis, text) => (axis && !String(text || '').trim()) ? ({json.dumps(EXAMPLES)}[axis] || '') : text"
@@ -118,6 +133,6 @@ def build_grid_panel(ctx: AppContext, widgets: dict, my_runs: gr.BrowserState,
         ax.input(None, inputs=[ax, box], outputs=box, js=on_axis, api_name=f"grid_axis{i}_examples",
                  show_progress="hidden")
     triggers = [w.change for w in knob_inputs + _axis_inputs(panel)]
-    gr.on(triggers, with_api_params(on_preview, api_names()), inputs=knob_inputs + _axis_inputs(panel), outputs=preview,
+    gr.on(triggers, with_api_params(partial(on_preview, ctx), api_names()), inputs=knob_inputs + _axis_inputs(panel), outputs=preview,
           api_name="grid_preview", show_progress="hidden", trigger_mode="always_last", preprocess=False)
     return panel

@@ -15,6 +15,7 @@ refreshed with the estimates and when the browser's own preset finishes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable
 
 import gradio as gr
@@ -22,17 +23,17 @@ import gradio as gr
 from lab.config import RunConfig
 from lab.engine.estimate import Estimate
 from lab.teach.presets import PRESETS, Preset, measured
-from lab.engine.store import LIVE_STATES
+from lab.engine.store import FINISHED_STATES, LIVE_STATES  # a stopped run has its final evaluation
 from lab.engine.storefs import DamagedRunError, RunIdError, RunNotFoundError
 from lab.views.analysis import load_model
 from lab.views.probing import importance_map, knockout_summary
-from ui.common import AppContext, errors_as_messages, remember_runs
+from ui.common import AppContext, Outputs, errors_as_messages, kept, remember_runs
+from ui.compare import Opened
 from ui.compare import opening as compare_opening
 
 POLL_S = 2.0
 _KNOCKOUTS: dict[str, dict] = {}  # run id -> knockout summary of its final weights
 _RESULTS: dict[tuple, str] = {}  # (preset key, its newest finished runs with their updated_at) -> explanation
-FINISHED = ("completed", "stopped")  # a stopped run has its final evaluation; the explanation says it stopped
 INTRO = ("Known results, reproduced on this machine in seconds to minutes. **Read the question and make a "
          "prediction first**, then click: the button starts every run of the preset and opens **Compare** on "
          "them. When they finish, a sentence here (and above Compare's curves) says what happened and why.")
@@ -70,7 +71,7 @@ def newest_runs(ctx: AppContext) -> dict[str, dict[str, tuple[str, str]]]:
     for p in PRESETS.values():
         for cfg in p.runs:
             wanted.setdefault(cfg.name, []).append((p.key, cfg))
-    done = listing[listing["state"].isin(FINISHED) & listing["name"].isin(list(wanted)) & listing["final.steps"].notna()]
+    done = listing[listing["state"].isin(FINISHED_STATES) & listing["name"].isin(list(wanted)) & listing["final.steps"].notna()]
     out: dict[str, dict[str, tuple[str, str]]] = {}
     for run_id, name, updated in reversed(list(done[["run_id", "name", "updated_at"]].itertuples(index=False))):
         todo = [(key, cfg) for key, cfg in wanted[name] if name not in out.get(key, {})]
@@ -154,7 +155,7 @@ def status(ctx: AppContext, last: Any) -> tuple[str, bool]:
 
 
 def knockout_of(ctx: AppContext, run_id: str) -> dict:
-    """The run's head knockout summary, measured on its final weights once (~0.1 s) and kept ({} without
+    """The run's head knockout summary, measured on its final weights once and kept ({} without
     weights). A finished run's weights never change, so the cache cannot go stale."""
     if run_id not in _KNOCKOUTS:
         try:
@@ -179,16 +180,62 @@ def run_result(ctx: AppContext, run_id: str, summary: dict, knockout: bool = Fal
                     knockout_of(ctx, run_id) if knockout else None)
 
 
-def opening(ctx: AppContext, preset: Preset, run_ids: list[str]) -> tuple:
-    """Compare on the preset's runs, with its curve and grouping (CompareTab.opener's order)."""
-    return compare_opening(ctx, run_ids, preset.metric)
-
-
 def compare_note(ctx: AppContext, last: Any, run_ids: list[str]) -> str:
     """Compare's note above the curves: the last preset's progress or explanation while exactly its runs
     are picked, else nothing (its sentence never stands above other runs' curves)."""
     _, ids = last_runs(ctx, last)
     return status(ctx, last)[0] if ids and set(ids) == set(run_ids) else ""
+
+
+@dataclass(frozen=True)
+class PresetLaunch(Outputs):
+    """A preset button's outputs: the browser's last preset and runs, the preset's line and timer, Compare
+    opened on its runs (ui/compare.py `Opened`)."""
+    last: Any = kept()
+    my_runs: Any = kept()
+    status: Any = kept()
+    timer: Any = kept()
+    tabs: Any = kept()
+    pick: Any = kept()
+    metric: Any = kept()
+    group: Any = kept()
+
+
+@errors_as_messages
+def run_preset(ctx: AppContext, preset: Preset, runs: Any, who: Any) -> tuple:
+    """Start every run of `preset`, remember them, and open Compare on them with the preset's curve."""
+    ids = ctx.jobs.submit_many(list(preset.runs), owner=who if isinstance(who, str) else "")
+    last = {"key": preset.key, "run_ids": ids}
+    text, live = status(ctx, last)
+    return PresetLaunch(last=last, my_runs=remember_runs(runs, ids), status=text, timer=gr.Timer(active=live),
+                        **compare_opening(ctx, ids, preset.metric)).values()
+
+
+@errors_as_messages
+def preset_progress(ctx: AppContext, last: Any) -> tuple:
+    """(the last preset's progress or explanation, its timer: on while any of its runs is live)."""
+    text, live = status(ctx, last)
+    return text, gr.Timer(active=live)
+
+
+def preset_restored(ctx: AppContext, stored: Any) -> tuple:
+    """The page's load event: the last preset's line and timer, as `preset_progress` gives them."""
+    return preset_progress(ctx, stored)
+
+
+@errors_as_messages
+def show_preset(ctx: AppContext, last: Any) -> tuple:
+    """Compare opened on the last preset's runs (an error when this browser has none)."""
+    preset, ids = last_runs(ctx, last)
+    if preset is None or not ids:
+        raise gr.Error("No preset has been run from this browser yet (or its runs were deleted).")
+    return Opened(**compare_opening(ctx, ids, preset.metric)).values()
+
+
+@errors_as_messages
+def preset_cards(ctx: AppContext, who: Any) -> list[str]:
+    """Every card's text (one per preset, in PRESETS order: the cards' order on the tab)."""
+    return cards(ctx, who)
 
 
 @dataclass
@@ -207,48 +254,19 @@ class PresetsTab:
         """Register the buttons once Compare exists. On page load, `demo.load(self.on_load, inputs=self.last,
         outputs=[self.status, self.timer])` restores the last preset's progress or explanation (Compare's note
         follows its own selection: compare_note)."""
-        ctx = self.ctx
-        opens = [tabs, *compare.opener()]
-
-        def launcher(preset: Preset) -> Callable:
-            @errors_as_messages
-            def on_click(runs: Any, who: Any):
-                ids = ctx.jobs.submit_many(list(preset.runs), owner=who if isinstance(who, str) else "")
-                last = {"key": preset.key, "run_ids": ids}
-                text, live = status(ctx, last)
-                return (last, remember_runs(runs, ids), text, gr.Timer(active=live),
-                        gr.Tabs(selected="compare"), *opening(ctx, preset, ids))
-            on_click.__name__ = f"run_preset_{preset.key}"
-            return on_click
-
-        outputs = [self.last, my_runs, self.status, self.timer, *opens]
+        ctx, opens = self.ctx, compare.opener(tabs)
+        outputs = PresetLaunch.wired(self, my_runs=my_runs, **opens)
         for key, button in self.buttons.items():
-            button.click(launcher(PRESETS[key]), inputs=[my_runs, owner], outputs=outputs, api_name=f"preset_{key}")
-
-        @errors_as_messages
-        def on_poll(last: Any):
-            text, live = status(ctx, last)
-            return text, gr.Timer(active=live)
-
-        self.timer.tick(on_poll, inputs=self.last, outputs=[self.status, self.timer],
+            button.click(partial(run_preset, ctx, PRESETS[key]), inputs=[my_runs, owner], outputs=outputs,
+                         api_name=f"preset_{key}")
+        self.timer.tick(partial(preset_progress, ctx), inputs=self.last, outputs=[self.status, self.timer],
                         api_name="preset_poll", show_progress="hidden")
-
-        @errors_as_messages
-        def on_show(last: Any):
-            preset, ids = last_runs(ctx, last)
-            if preset is None or not ids:
-                raise gr.Error("No preset has been run from this browser yet (or its runs were deleted).")
-            return gr.Tabs(selected="compare"), *opening(ctx, preset, ids)
-
-        self.show.click(on_show, inputs=self.last, outputs=opens, api_name="preset_show")
-
+        self.show.click(partial(show_preset, ctx), inputs=self.last, outputs=Opened.wired(**opens),
+                        api_name="preset_show")
         # the cards' estimates and last results follow the server: when the tab is opened, while a preset
         # trains, and once more when this browser's preset line changes (its last run finished: a tick's
         # card refresh may have read the store just before)
-        @errors_as_messages
-        def on_cards(who: Any) -> list[str]:
-            return cards(ctx, who)
-
+        on_cards = partial(preset_cards, ctx)
         self.tab.select(on_cards, inputs=owner, outputs=self.cards, api_name="preset_cards", show_progress="hidden")
         self.timer.tick(on_cards, inputs=owner, outputs=self.cards, api_name="preset_cards_poll",
                         show_progress="hidden")
@@ -272,10 +290,4 @@ def build_presets_tab(ctx: AppContext, last: gr.BrowserState) -> PresetsTab:
                 buttons[p.key] = gr.Button(f"Run “{p.title}”", variant="primary", size="sm",
                                            elem_id=f"preset-{p.key}")
         timer = gr.Timer(POLL_S, active=False)
-
-    @errors_as_messages
-    def on_load(stored: Any):
-        text, live = status(ctx, stored)
-        return text, gr.Timer(active=live)
-
-    return PresetsTab(last, status_md, timer, buttons, show, on_load, ctx, tab, card_mds)
+    return PresetsTab(last, status_md, timer, buttons, show, partial(preset_restored, ctx), ctx, tab, card_mds)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from functools import partial
 from typing import Any, Optional
 
 import gradio as gr
@@ -42,49 +43,62 @@ def build_share_panel(widgets: dict[str, gr.components.Component], max_bytes: in
         note = gr.Markdown("", elem_id="config-upload-note")
         json_file = gr.File(label="Config file", visible=False, interactive=False)
 
-    @errors_as_messages
-    def make_query(*args: Any) -> str:
-        *vals, hidden = args
-        cfg = config_from_values(dict(zip(KNOB_KEYS, vals)))
-        names = [k.url_key for k in KNOBS]
-        hidden = [hidden] if isinstance(hidden, str) else list(hidden or ())
-        bad = [h for h in hidden if h not in names]
-        if bad:
-            # the API's parameter and the url keys it takes, as the caller wrote them (not renamed to labels)
-            raise ValueError(f"hide: {bad[0]!r} is not a control (allowed: {', '.join(names)})")
-        return query_string(cfg, tuple(hidden))
-
     names = [k.url_key for k in KNOBS]
-    link_btn.click(with_api_params(make_query, names + ["hide"]), inputs=inputs + [hide], outputs=query, api_name="share_query",
-                   preprocess=False).then(  # raw values: config_from_values names a bad field (see ui/train.py)
+    link_btn.click(with_api_params(make_query, names + ["hide"]), inputs=inputs + [hide], outputs=query,
+                   api_name="share_query", preprocess=False).then(  # raw values: config_from_values names a bad field
         None, inputs=query, outputs=link, js=LINK_JS, api_name="share_link")
-
-    @errors_as_messages
-    def download(*vals: Any) -> gr.File:
-        cfg = config_from_values(dict(zip(KNOB_KEYS, vals)))
-        folder = tempfile.mkdtemp(prefix="lab-config-")
-        path = os.path.join(folder, "transformer-lab-config.json")
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(cfg.to_json())
-        return gr.File(value=path, visible=True)
-
     json_btn.click(with_api_params(download, names), inputs=inputs, outputs=json_file, api_name="download_config",
                    preprocess=False)
-
-    @errors_as_messages  # only the unexpected: a refused file is answered in the note
-    def load(file: Any) -> list:
-        return load_config_file(file, max_bytes)
-
     # preprocess=False: gradio's own file-type check refused a .png with a message naming no field (and logged a
-    # traceback); load_config_file names the control and says what is allowed
-    upload.upload(load, inputs=upload, outputs=inputs + [note], api_name="upload_config", preprocess=False,
-                  show_progress_on=[note])
+    # traceback); config_upload names the control and says what is allowed
+    upload.upload(partial(load_config, widgets, note, max_bytes), inputs=upload, outputs=inputs + [note],
+                  api_name="upload_config", preprocess=False, show_progress_on=[note])
+
+
+@errors_as_messages
+def make_query(*args: Any) -> str:
+    """The share link's query for the knobs' values (KNOB_KEYS order) and the controls to lock."""
+    *vals, hidden = args
+    cfg = config_from_values(dict(zip(KNOB_KEYS, vals)))
+    names = [k.url_key for k in KNOBS]
+    hidden = [hidden] if isinstance(hidden, str) else list(hidden or ())
+    bad = [h for h in hidden if h not in names]
+    if bad:
+        # the API's parameter and the url keys it takes, as the caller wrote them (not renamed to labels)
+        raise ValueError(f"hide: {bad[0]!r} is not a control (allowed: {', '.join(names)})")
+    return query_string(cfg, tuple(hidden))
+
+
+@errors_as_messages
+def download(*vals: Any) -> gr.File:
+    """The knobs' configuration as a JSON file to download."""
+    cfg = config_from_values(dict(zip(KNOB_KEYS, vals)))
+    folder = tempfile.mkdtemp(prefix="lab-config-")
+    path = os.path.join(folder, "transformer-lab-config.json")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(cfg.to_json())
+    return gr.File(value=path, visible=True)
+
+
+@errors_as_messages  # only the unexpected: a refused file is answered in the note
+def load_config(widgets: dict[str, gr.components.Component], note: gr.Markdown, max_bytes: int, file: Any) -> dict:
+    """The upload event: the note about this file and, when it loaded, every knob set from it (a refused
+    file leaves the controls as they are)."""
+    values, said = config_upload(file, max_bytes)
+    return {note: said} | {widgets[k]: gr.update(value=v) for k, v in (values or {}).items()}
 
 
 def load_config_file(file: Any, max_bytes: int = MAX_UPLOAD_BYTES) -> list:
-    """The upload event: a value for each knob (KNOB_KEYS order; gr.skip() for each when the file is refused,
-    so the controls keep their values), then the note under the button, about this file. `file` is what
-    gradio sends with preprocess=False (a dict with `path` and `orig_name`) or a path."""
+    """The upload's outputs as an API client reads them: a value for each knob (KNOB_KEYS order; gr.skip()
+    for each when the file is refused, so the controls keep their values), then the note about this file."""
+    values, said = config_upload(file, max_bytes)
+    return [gr.skip() if values is None else gr.update(value=values[k]) for k in KNOB_KEYS] + [said]
+
+
+def config_upload(file: Any, max_bytes: int = MAX_UPLOAD_BYTES) -> tuple[Optional[dict[str, Any]], str]:
+    """(the knobs' values by key from an uploaded config, or None when it is refused; the note under the button,
+    about this file). `file` is what gradio sends with preprocess=False (a dict with `path` and `orig_name`) or a
+    path."""
     path = file.get("path") if isinstance(file, dict) else file
     raw_name = (file.get("orig_name") if isinstance(file, dict) else None) or os.path.basename(str(path or ""))
     name = shown(raw_name)
@@ -96,12 +110,11 @@ def load_config_file(file: Any, max_bytes: int = MAX_UPLOAD_BYTES) -> list:
     except ConfigError as exc:
         label, why = in_words(exc)
         where = f" in {name}" if path else ""
-        return [gr.skip()] * len(KNOB_KEYS) + [f"⚠️ **{label}**{where}: {' '.join(why.split()).rstrip('.')}. "
-                                               "Nothing was loaded: the controls keep their values."]
+        return None, (f"⚠️ **{label}**{where}: {' '.join(why.split()).rstrip('.')}. "
+                      "Nothing was loaded: the controls keep their values.")
     m = cfg.model
-    return [gr.update(value=values[k]) for k in KNOB_KEYS] + [
-        f"Loaded {name}: task {cfg.task.name}, {m.arch}, {m.n_layers} layers x {m.n_heads} heads, seed "
-        f"{cfg.train.seed}. The controls now hold its configuration; press Start to train it."]
+    return values, (f"Loaded {name}: task {cfg.task.name}, {m.arch}, {m.n_layers} layers x {m.n_heads} heads, seed "
+                    f"{cfg.train.seed}. The controls now hold its configuration; press Start to train it.")
 
 
 def read_config_file(path: Optional[str], max_bytes: int = MAX_UPLOAD_BYTES) -> RunConfig:

@@ -1,34 +1,29 @@
 """Train tab: every knob with its explanation, a live parameter count, Start/Stop, live curves.
 
 Start returns at once (the job manager trains in a background thread); a gr.Timer polls the
-shown run and redraws its curves, and switches itself off when the run ends.
+shown run and redraws its curves, and switches itself off when the run ends. This module lays the
+tab out and wires its events; the callbacks are in ui/train_events.py.
 """
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from functools import partial
+from typing import Callable, Optional
 
 import gradio as gr
 
-from lab.params import param_breakdown
-from lab.config import ConfigError, RunConfig, in_words
-from lab.engine.continuation import checkpoint_step
-from lab.engine.jobs import JobManager
-from lab.fields import shown
-from lab.engine.limits import Limits, check_config, valid_owner
-from lab.engine.store import DamagedRunError, RunNotFoundError
-from lab.tasks import get_task
-from lab.taskshapes import loss_baselines
-from lab.textdata import text_of
-from ui.common import (TERMINAL, AppContext, acting_owner, errors_as_messages, is_run_id, permission,
-                       with_api_params)
-from ui.gpu import gpu_available, stop_gpu_run, wire_gpu_button
-from ui.grid import GridPanel, axis_choices, build_grid_panel
-from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, values_from_query, wire_task_choice
-from ui.live import ACC_TITLE, FrameCache, Seen, answer, live_frames, progress_text
+from ui.common import AppContext, with_api_params
+from ui.gpu import gpu_available, wire_gpu_button
+from ui.grid import GridPanel, build_grid_panel
+from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, wire_task_choice
+from ui.live import ACC_TITLE, FrameCache, live_frames
 from ui.share import build_share_panel
 from ui.textfile import build_text_upload
+from ui.train_events import (NO_RUN, ContinueOut, DeleteOut, PollOut, StartOut, TrainView, describe, knob_values,
+                             load_handler, load_outputs, on_continue, on_delete, on_delete_ask, on_poll, on_start,
+                             on_stop, problem, remembered, validate)
+
+__all__ = ["TrainTab", "build_train_tab", "describe", "problem", "validate"]
 
 POLL_S = 1.0
 
@@ -43,55 +38,8 @@ class TrainTab:
     grid: Optional[GridPanel] = None  # the ablation grid accordion (ui/grid.py); app.py wires it to Compare
 
 
-def _values(args: tuple) -> dict[str, Any]:
-    return dict(zip(KNOB_KEYS, args))
-
-
-def describe(cfg: RunConfig, limits: Optional[Limits] = None, jobs: Optional[JobManager] = None) -> str:
-    """The config in words: the task, the parameter count by component, and, on a server whose limits
-    refuse it, that Start will refuse it and why; else, with `jobs`, how long it would take if started now
-    (the job manager's estimate from this server's measured speed and queue). Said before anyone clicks."""
-    parts = param_breakdown(cfg)
-    total = sum(parts.values())
-    detail = ", ".join(f"{k} {v:,}" for k, v in parts.items() if v)
-    hint = ""
-    if cfg.model.pos == "alibi" and cfg.model.n_heads <= 2:
-        hint = "\n\n*Hint: with 1-2 heads ALiBi's slopes are tiny (2^-8, 2^-4), so its recency bias is weak.*"
-    task = get_task(cfg.task.name)
-    if task.name == "text":  # the baseline a character model must beat: the loss of ignoring the context
-        text = text_of(cfg.task.text)
-        hint += (f"\n\n**{'Your' if cfg.task.text else 'The built-in'} text**: {len(text):,} characters, "
-                 f"{task.vocab_size(cfg.task)} distinct. A model that ignores the context scores at best the "
-                 f"unigram entropy of its training 90%, {loss_baselines(cfg.task).unigram:.2f} nats a character "
-                 "(the loss curve's unit).")
-    cost = ""
-    try:
-        if limits is not None:
-            check_config(limits, cfg)
-        if jobs is not None:
-            cost = f"\n\n⏱ {jobs.estimate([cfg]).text()}"
-    except ConfigError as exc:
-        what, why = in_words(exc)
-        cost = f"\n\n⚠️ **Start will refuse this run** ({what}): {why}"
-    return (f"**Task {task.name}**: {task.description}\n\n**{total:,} parameters** ({detail}). "
-            f"Longest sequence: {cfg.model.n_ctx} tokens.{hint}{cost}")
-
-
-def problem(exc: ConfigError) -> str:
-    """A refused config or request as one line: the field by its label, then what is wrong and allowed."""
-    what, why = in_words(exc)
-    return f"⚠️ **{what}**: {' '.join(why.split())}"
-
-
-def validate(*args: Any, ctx: Optional[AppContext] = None) -> str:
-    """The summary of the knobs' values (`ctx`: and what this server says of them: limits, time)."""
-    try:
-        return describe(config_from_values(_values(args)), *((ctx.jobs.limits, ctx.jobs) if ctx else ()))
-    except ConfigError as exc:
-        return problem(exc)
-
-
 def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.BrowserState) -> TrainTab:
+    """The tab's layout, then its events (`wire_train_tab`)."""
     with gr.Tab("Train", id="train"):
         gr.Markdown("Configure a small Transformer, press **Start**, and watch it learn. Runs keep training "
                     "if you close the tab; find them again under *Run shown* or in **Compare**.")
@@ -117,7 +65,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                     confirm_no = gr.Button("Cancel", size="sm", elem_id="delete-no")
                 run_pick = gr.Dropdown(label="Run shown", choices=[], value=None, allow_custom_value=True,
                                        elem_id="run-pick", info="Runs started from this browser.")
-                progress = gr.Markdown("No run yet.", elem_id="progress")
+                progress = gr.Markdown(NO_RUN, elem_id="progress")
                 with gr.Row(elem_id="continue-row"):  # a finished run trains on, in its own folder
                     more = gr.Number(200, label="More steps", precision=0, minimum=1, elem_id="continue-steps",
                                      info="From the run's last checkpoint.", scale=2)
@@ -134,160 +82,50 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
         # inside the tab: a component made directly under gr.Tabs is taken for a tab, and every tab header
         # after it shows the wrong label
         seen = gr.State({})  # what this page's last poll sent (ui/live.py)
-    inputs = [widgets[k] for k in KNOB_KEYS]
-    wire_task_choice(widgets)
+    view = TrainView(widgets, summary, start, note, confirm_row, confirm_text, run_pick, progress, more, cont_note,
+                     loss_plot, acc_plot, timer, seen, grid, my_runs, owner)
+    wire_train_tab(ctx, view, {"stop": stop, "delete": delete, "gpu": gpu_btn, "continue": cont,
+                               "confirm_yes": confirm_yes, "confirm_no": confirm_no})
+    return TrainTab(widgets, run_pick, load_handler(ctx, view), [my_runs, owner], load_outputs(view), grid)
 
+
+def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button]) -> None:
+    """The tab's events: the knobs' summary, Start (and Train on GPU), the live poll, Continue, Stop, Delete."""
+    inputs = [v.widgets[k] for k in KNOB_KEYS]
+    changes = [v.widgets[k].change for k in KNOB_KEYS]
+    wire_task_choice(v.widgets)
     names = [k.url_key for k in KNOBS]
     # preprocess=False on every event that reads the knobs: the widgets' own checks (slider bounds, dropdown
     # choices) would reject a bad value with a message that names no field; config_from_values names it.
-    gr.on([widgets[k].change for k in KNOB_KEYS], with_api_params(lambda *a: validate(*a, ctx=ctx), names),
-          inputs=inputs, outputs=summary, api_name="validate", show_progress="hidden", trigger_mode="always_last",
-          preprocess=False)
-    gr.on([widgets[k].change for k in KNOB_KEYS], None, outputs=note, js="() => ''", show_progress="hidden",
-          api_name="clear_start_note",
+    gr.on(changes, with_api_params(partial(validate, ctx=ctx), names), inputs=inputs, outputs=v.summary,
+          api_name="validate", show_progress="hidden", trigger_mode="always_last", preprocess=False)
+    gr.on(changes, None, outputs=v.note, js="() => ''", show_progress="hidden", api_name="clear_start_note",
           queue=False)  # a changed knob may be what a refused Start named: its note goes (in the browser)
+    v.start.click(with_api_params(partial(on_start, ctx), names + ["my_runs", "owner"]),
+                  inputs=inputs + [v.my_runs, v.owner], outputs=StartOut.wired(v), api_name="start", preprocess=False,
+                  show_progress_on=[v.note])
+    wire_gpu_button(ctx, buttons["gpu"], inputs + [v.my_runs, v.owner], partial(remembered, ctx), v,
+                    lambda vals: config_from_values(knob_values(vals)), problem, names + ["my_runs", "owner"])
 
-    def remembered(runs: list, run_id: str) -> list:
-        """The runs this browser remembers: the new one first, then up to 49 of the others."""
-        return [run_id] + [r for r in runs[:200] if is_run_id(ctx, r) and r != run_id][:49]
-
-    @errors_as_messages
-    def on_start(*args: Any):
-        """Submit the run; a refused config or a server limit answers in the note beside Start (naming the
-        knob by its label) and leaves everything else on the page as it was."""
-        *vals, runs, who = args
-        try:
-            cfg = config_from_values(_values(tuple(vals)))
-            run_id = ctx.jobs.submit(cfg, owner=who if isinstance(who, str) else "")
-        except ConfigError as exc:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), problem(exc)
-        runs = remembered(runs if isinstance(runs, list) else [], run_id)
-        return (gr.Dropdown(choices=runs, value=run_id), runs, progress_text(ctx, run_id)[1], gr.Timer(active=True),
-                "")
-
-    start.click(with_api_params(on_start, names + ["my_runs", "owner"]), inputs=inputs + [my_runs, owner],
-                outputs=[run_pick, my_runs, progress, timer, note], api_name="start", preprocess=False,
-                show_progress_on=[note])
-
-    wire_gpu_button(ctx, gpu_btn, inputs + [my_runs, owner], remembered, [run_pick, my_runs, timer, note],
-                    lambda vals: config_from_values(_values(vals)), problem, names + ["my_runs", "owner"])
-
-    frames = FrameCache(live_frames)  # shared by every page: a run's curves computed once per change
-
-    @errors_as_messages
-    def on_poll(run_id: Optional[str], last: Any):
-        """The shown run's progress and curves; only what changed since this page's last poll is sent
-        (gr.skip() keeps what the page shows), and the timer slows down while nothing changes."""
-        if not run_id:
-            return "No run yet.", None, None, gr.Timer(active=False), {}
-        ctx.store.path(run_id)  # RunIdError (a message naming run_id) for anything else
-        try:
-            state, text = progress_text(ctx, run_id)
-            # nothing to draw while queued: a classroom's queue polls cheaply
-            ver, (loss, acc) = (None, (None, None)) if state == "queued" else frames.get(ctx, run_id)
-        except RunNotFoundError:
-            frames.forget(run_id)
-            return (f"⚠️ Run {run_id} does not exist (it may have been deleted).", None, None,
-                    gr.Timer(active=False), {})
-        except DamagedRunError as exc:
-            return f"⚠️ Run {run_id} is damaged and cannot be shown: {exc}", None, None, gr.Timer(active=False), {}
-        got = answer(Seen.of(last), run_id, text, ver, final=state in TERMINAL)
-        return (text if got.send_text else gr.skip(), loss if got.send_frames else gr.skip(),
-                acc if got.send_frames else gr.skip(), gr.Timer(got.interval, active=state not in TERMINAL),
-                got.seen.as_dict())
-
-    poll_io = {"inputs": [run_pick, seen], "outputs": [progress, loss_plot, acc_plot, timer, seen],
-               "show_progress": "hidden"}
+    poll = partial(on_poll, ctx, FrameCache(live_frames))  # one cache for every page: a run's curves computed once
+    poll_io = {"inputs": [v.run_pick, v.seen], "outputs": PollOut.wired(v), "show_progress": "hidden"}
     # unqueued: one HTTP request per refresh, never refused by a full queue (a class polls every second)
-    timer.tick(on_poll, api_name="poll", queue=False, **poll_io)
-    run_pick.change(on_poll, api_name="show_run", **poll_io)
+    v.timer.tick(poll, api_name="poll", queue=False, **poll_io)
+    v.run_pick.change(poll, api_name="show_run", **poll_io)
 
-    @errors_as_messages
-    def on_stop(run_id: Optional[str], who: Optional[str]):
-        if not run_id:
-            raise ConfigError("run_id", "no run is shown, so there is nothing to stop")
-        ctx.store.path(run_id)
-        acting = acting_owner(ctx, who)
-        with permission():
-            ok = ctx.jobs.stop(run_id, owner=acting)
-            if not ok and acting is not None and ctx.store.status(run_id).get("owner") != acting:
-                raise PermissionError(f"run_id: {run_id!r} belongs to another user; you can stop only your own runs")
-            ok = ok or stop_gpu_run(ctx, run_id)  # a run training in GPU chunks: no job manager knows it
-        if not ok:
-            gr.Info("That run has already finished.")
-        return progress_text(ctx, run_id)[1]
-
-    @errors_as_messages
-    def on_continue(run_id: Optional[str], steps: Any, who: Optional[str]):
-        """Queue the shown run's continuation, `steps` more from its checkpoint (lab/engine/continuation.py);
-        a refusal is answered beside the button."""
-        if not run_id:
-            return "⚠️ **Run**: no run is shown, so there is nothing to continue", gr.skip(), gr.skip()
-        ctx.store.path(run_id)
-        try:
-            if isinstance(steps, bool) or not isinstance(steps, (int, float)) or steps != int(steps) or steps < 1:
-                raise ConfigError("More steps", f"{shown(steps)} is not a whole number of steps (allowed: 1 or more)")
-            with permission():
-                ctx.jobs.resume(run_id, (checkpoint_step(ctx.store, run_id) or 0) + int(steps),
-                                owner=who if isinstance(who, str) else "")
-        except ConfigError as exc:
-            return problem(exc), gr.skip(), gr.skip()
-        return "", progress_text(ctx, run_id)[1], gr.Timer(active=True)
-
-    cont.click(on_continue, inputs=[run_pick, more, owner], outputs=[cont_note, progress, timer],
-               api_name="continue_run", show_progress_on=[cont_note])
+    buttons["continue"].click(partial(on_continue, ctx), inputs=[v.run_pick, v.more, v.owner],
+                              outputs=ContinueOut.wired(v), api_name="continue_run", show_progress_on=[v.cont_note])
     # its note goes when the user shows another run or starts one (`.input`, not `.change`: a dropdown also
     # reports a change when its choices are refreshed, which would wipe a note just given)
-    gr.on([run_pick.input, start.click], None, outputs=cont_note, js="() => ''", queue=False, show_progress="hidden",
-          api_name="clear_continue_note")
-
-    stop.click(on_stop, inputs=[run_pick, owner], outputs=progress, api_name="stop", show_progress_on=[note])
-
-    @errors_as_messages
-    def on_delete_ask(run_id: Optional[str]):
-        if not run_id:
-            raise ConfigError("run_id", "no run is shown, so there is nothing to delete")
-        ctx.store.path(run_id)
-        return gr.Row(visible=True), f"Delete run **{run_id}** and everything it saved? This cannot be undone."
-
-    delete.click(on_delete_ask, inputs=run_pick, outputs=[confirm_row, confirm_text], api_name="delete_ask",
-                 show_progress_on=[note])
-    confirm_no.click(lambda: gr.Row(visible=False), outputs=confirm_row, api_name="delete_cancel")
-
-    @errors_as_messages
-    def on_delete(run_id: Optional[str], runs: Optional[list], who: Optional[str]):
-        if not run_id:
-            raise ConfigError("run_id", "no run is shown, so there is nothing to delete")
-        ctx.store.path(run_id)
-        with permission():
-            ctx.jobs.delete(run_id, owner=acting_owner(ctx, who))
-        left = [r for r in (runs if isinstance(runs, list) else [])[:200] if is_run_id(ctx, r) and r != run_id]
-        left = [r for r in left if ctx.store.exists(r)]
-        return (gr.Dropdown(choices=left, value=left[0] if left else None), left,
-                f"🗑️ Deleted run {run_id}.", gr.Row(visible=False))
-
-    confirm_yes.click(on_delete, inputs=[run_pick, my_runs, owner],
-                      outputs=[run_pick, my_runs, progress, confirm_row], api_name="delete", show_progress_on=[note])
-
-    def on_load(runs: Optional[list], who: Optional[str], request: gr.Request):
-        params = dict(request.query_params) if request is not None else {}
-        values, hide, problems = values_from_query(params)
-        # a control a classroom link hides stays on screen with the teacher's value, read-only
-        updates = [gr.update(**({"value": values[k.key]} if k.key in values else {}), interactive=k.key not in hide,
-                             info=f"🔒 Set by your teacher for this class. {k.info}" if k.key in hide else k.info)
-                   for k in KNOBS]
-        runs = [r for r in (runs if isinstance(runs, list) else [])[:200] if is_run_id(ctx, r) and ctx.store.exists(r)]
-        note = validate(*[values.get(k.key, k.default()) for k in KNOBS], ctx=ctx)
-        if problems:
-            rest = " (the rest of the link was applied)" if values else " (so the link's settings were not applied)"
-            note = "⚠️ " + "; ".join(problems) + rest + "\n\n" + note
-        who = who if isinstance(who, str) and valid_owner(who) else uuid.uuid4().hex
-        axes = [gr.Dropdown(choices=axis_choices(hide)) for _ in grid.axes]  # a hidden control is no grid axis
-        return (*updates, gr.Dropdown(choices=runs, value=runs[0] if runs else None), runs, who, note, *axes,
-                gr.Button(interactive=True))
-
-    return TrainTab(widgets, run_pick, on_load, [my_runs, owner],
-                    inputs + [run_pick, my_runs, owner, summary] + grid.axes + [start], grid)
+    gr.on([v.run_pick.input, v.start.click], None, outputs=v.cont_note, js="() => ''", queue=False,
+          show_progress="hidden", api_name="clear_continue_note")
+    buttons["stop"].click(partial(on_stop, ctx), inputs=[v.run_pick, v.owner], outputs=v.progress, api_name="stop",
+                          show_progress_on=[v.note])
+    buttons["delete"].click(partial(on_delete_ask, ctx), inputs=v.run_pick, outputs=[v.confirm_row, v.confirm_text],
+                            api_name="delete_ask", show_progress_on=[v.note])
+    buttons["confirm_no"].click(lambda: gr.Row(visible=False), outputs=v.confirm_row, api_name="delete_cancel")
+    buttons["confirm_yes"].click(partial(on_delete, ctx), inputs=[v.run_pick, v.my_runs, v.owner],
+                                 outputs=DeleteOut.wired(v), api_name="delete", show_progress_on=[v.note])
 
 
 def _knob_panel() -> dict[str, gr.components.Component]:
