@@ -102,8 +102,8 @@ def main() -> None:
     interrupted = store.recover()  # runs whose process died (a crashed server) are recorded as interrupted
     print(f"Running on {detect().describe()}", flush=True)  # slots, threads, batching, queue: one line
     # the server computes only small views (Inspect, Learn, interventions): one torch thread, so that on a
-    # busy machine it never fights the training workers for cores (at 2 threads an importance map took 6 s
-    # where 1 thread took 0.2 s); the workers set their own thread counts
+    # busy machine it never fights the training workers for cores (more threads made an importance map much
+    # slower there, not faster); the workers set their own thread counts
     set_threads(1)
     try:
         jobs = JobManager(store, limits=limits, backup=backup)
@@ -114,7 +114,7 @@ def main() -> None:
     jobs.back_up(interrupted)
     jobs.warm_up(SPARE_DELAY_S)  # one worker process per training slot, started once the page is up
     demo = build_demo(store, jobs)
-    # scikit-learn (the PCA panel) loads once the page is up: at import it added ~1 s to the cold start
+    # scikit-learn (the PCA panel) loads once the page is up: imported at start it slowed the cold start
     warm = threading.Timer(WARM_UP_S, importlib.import_module, args=("sklearn.decomposition",))
     warm.daemon = True
     warm.start()
