@@ -7,8 +7,7 @@
 Sections: throughput against the hand-written baseline (S/M/L x every PE, benchmarks/throughput.py)
 with the fraction of the measured fp32 matmul peak; time to solve each preset; 1, 2 and 4 runs at
 once (process and thread workers); batched seeds against sequential ones; training in the running
-app against the CLI; app cold start against `import gradio, torch`; Compare with 200 runs; Inspect;
-the optimiser step against torch's public API (benchmarks/optim_step.py, ~1 min).
+app against the CLI; app cold start against `import gradio, torch`; Compare with 200 runs; Inspect.
 Ratios are measured within one run (the machine is shared and noisy). RESULTS.md keeps other
 sections: only the text between the run_all markers is replaced.
 """
@@ -37,8 +36,7 @@ from lab.config import POS_ENCODINGS  # noqa: E402
 from results import RESULTS, write_block  # noqa: E402
 
 START, END = "<!-- run_all:start -->", "<!-- run_all:end -->"
-SECTIONS = ("throughput", "presets", "concurrency", "batched", "app_vs_cli", "cold_start", "compare", "inspect",
-            "optim_step")
+SECTIONS = ("throughput", "presets", "concurrency", "batched", "app_vs_cli", "cold_start", "compare", "inspect")
 
 
 def _machine() -> str:
@@ -163,23 +161,14 @@ def run_inspect(quick: bool) -> list[str]:
             f"(total {r['total_s']:.2f} s)."]
 
 
-def run_optim_step(quick: bool) -> list[str]:
-    import optim_step
-
-    torch.set_num_threads(1)
-    return optim_step.table(optim_step.run(list(throughput.CONFIGS), quick))
-
-
 RUNNERS: dict[str, Callable[[bool], list[str]]] = {
     "throughput": run_throughput, "presets": run_presets, "concurrency": run_concurrency, "batched": run_batched,
     "app_vs_cli": run_app_vs_cli, "cold_start": run_cold_start, "compare": run_compare, "inspect": run_inspect,
-    "optim_step": run_optim_step,
 }
 TITLES = {"throughput": "Training throughput against the baseline (CPU)", "presets": "Time to solve the presets",
           "concurrency": "Runs at once", "batched": "Batched seeds against sequential",
           "app_vs_cli": "Training inside the app against the CLI", "cold_start": "App cold start",
-          "compare": "Compare with 200 runs", "inspect": "Inspect a stored run",
-          "optim_step": "Optimiser step: lab.optim against torch's public API (benchmarks/optim_step.py)"}
+          "compare": "Compare with 200 runs", "inspect": "Inspect a stored run"}
 
 
 def write_results(body: str, path: Path = RESULTS) -> None:

@@ -12,13 +12,13 @@ compared against that one baseline.
 One training step on fresh random tokens (B, T) with random targets (cross-entropy over all B*T
 positions), the same arithmetic for both models:
     ours:     `lab.trainer.train_step`, the step the app and the CLI run: forward, grads set to None,
-              backward, `lab.optim.clip_grad_norm` (1.0), `lab.optim.FastAdamW` (torch's fused
-              AdamW kernel, called directly)
+              backward, `lab.optim.clip_grad_norm` (1.0: torch's clip_grad_norm_ with foreach
+              kernels), torch.optim.AdamW.step()
     baseline: the nanoGPT-style step: forward; zero_grad(set_to_none=True); backward;
               torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); torch.optim.AdamW.step()
 Both optimisers are AdamW with the same two groups (decay on matrices, none on biases, norms and
 embeddings), hyperparameters and `fused` setting, and give the same numbers bit for bit
-(tests/test_optim.py); ours spends less Python per step (lab/optim.py says what the profiler showed).
+(both are torch's AdamW; benchmarks/README.md says what the profiler showed).
 
 Timing (built for a shared, noisy 2-core machine): after a warm-up, `--repeats` rounds; in each
 round every model runs one block of `--steps` steps (about 0.25 s), in a fresh random order.
@@ -55,7 +55,6 @@ except ImportError:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import lab
 from lab.config import POS_ENCODINGS, ModelConfig, RunConfig, TaskConfig, TrainConfig  # noqa: E402
-from lab.optim import FastAdamW  # noqa: E402
 from lab.tasks import Batch, get_task  # noqa: E402
 from lab.trainer import build_model, make_optimizer, train_step  # noqa: E402
 
@@ -110,11 +109,11 @@ class Candidate:
 
     def __post_init__(self) -> None:
         if self.ours:  # what lab.trainer.train sets up once per run
-            self.params, self.fast = list(self.model.parameters()), FastAdamW(self.opt)
+            self.params = list(self.model.parameters())
 
     def step(self, idx: torch.Tensor, tgt: torch.Tensor) -> None:
         if self.ours:
-            train_step(self.model, Batch(idx, tgt), self.params, self.fast, 1.0, contextlib.nullcontext())
+            train_step(self.model, Batch(idx, tgt), self.params, self.opt, 1.0, contextlib.nullcontext())
             return
         loss = self.model(idx, tgt)[1]
         self.opt.zero_grad(set_to_none=True)

@@ -8,7 +8,8 @@ trained alone. What makes each run indistinguishable from its solo twin:
   - data: each run draws its batches from its own `torch.Generator(seed)`, in the same order as
     `lab.trainer.train`; a step's batches are right-padded to the longest one (tokens that no
     earlier position can see in a causal decoder, with targets ignored by the loss);
-  - optimiser: AdamW (Loshchilov & Hutter 2019) written out per slice, with the gradient clipped
+  - optimiser: AdamW (Loshchilov & Hutter 2019) written out per slice, with the solo optimiser's
+    weight-decay rule and epsilon (lab/optim.py `decays`, `EPS`), the gradient clipped
     by each run's own global norm and each run's own learning-rate schedule (runs may differ
     in lr as well as seed);
   - the loop is the trainer's own (`lab.trainer.fit`): evaluation (held-out and training-set metrics,
@@ -36,9 +37,8 @@ from lab.config import RunConfig
 from lab.records import Record
 from lab.tasks import IGNORE_INDEX, Batch
 from lab.device import autocast, batch_source, resolve_device, set_threads, to_device
+from lab.optim import EPS, decays
 from lab.trainer import TrainResult, build_model, fit, lr_at
-
-EPS = 1e-8  # torch.optim.AdamW's default, as make_optimizer uses
 
 
 def batch_key(cfg: RunConfig) -> Optional[str]:
@@ -48,11 +48,6 @@ def batch_key(cfg: RunConfig) -> Optional[str]:
         return None
     plain = dataclasses.replace(cfg, name="", train=dataclasses.replace(cfg.train, seed=0, lr=1.0))
     return plain.to_json()
-
-
-def _decays(name: str, dim: int) -> bool:
-    """make_optimizer's rule: weight decay on matrices, not on biases, norms or embeddings."""
-    return dim >= 2 and not name.startswith(("tok_emb", "pos."))
 
 
 def _pad(t: Tensor, length: int, value: int) -> Tensor:
@@ -72,7 +67,8 @@ class BatchedStepper:
                        for n in names}  # name -> (k, *shape)
         self.buffers = dict(self.shell.named_buffers())
         self.moments = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in self.params.items()}  # AdamW m, v
-        self.wd = {n: (tc0.weight_decay if _decays(n, p.dim() - 1) else 0.0) for n, p in self.params.items()}
+        self.wd = {n: (tc0.weight_decay if decays(n, p.dim() - 1) else 0.0)  # (k, *shape): the rule sees *shape
+                   for n, p in self.params.items()}
         self.sources = [batch_source(c, device) for c in cfgs]  # each run's own batches, as it would get alone
         self.clip = tc0.grad_clip if tc0.grad_clip > 0 else float("inf")
         self.betas = (tc0.beta1, tc0.beta2)

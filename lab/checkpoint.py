@@ -4,8 +4,8 @@ The training loop (lab/trainer.py `fit`) takes a checkpoint at every evaluation 
 stops or ends, and hands it to its `on_checkpoint` callback; the run store keeps the latest one per run
 (lab/engine/continuation.py). `train(cfg, resume=checkpoint)` goes on from it. What it holds:
   - the model's state_dict (parameters and buffers) and AdamW's state per parameter (first and second
-    moments and the step count, exactly the tensors torch's fused AdamW keeps, so lab/optim.py FastAdamW
-    steps on from them with torch's own numbers);
+    moments and the step count, exactly the tensors torch's AdamW keeps, so it steps on from them with
+    the numbers of the uninterrupted run);
   - every random stream the training draws from: the batch source's generators (the data stream's
     position; lab/device.py BatchSource) and, for a run with dropout, torch's global generator (and the
     CUDA one on a GPU). The tasks draw from torch generators only: no numpy or Python RNG is involved;
@@ -104,8 +104,7 @@ def restore(state: RunState, step: int, net: torch.nn.Module, opt: torch.optim.O
             dropout: bool, device: torch.device) -> None:
     """Put a freshly built solo run (model, torch AdamW not yet stepped, batch source) into `state`. The
     optimiser state is created as torch's fused AdamW creates it (the step count as a float32 tensor on
-    the parameter's device; on the CPU for the unfused optimiser), so FastAdamW and `opt.step()` both go on
-    from it."""
+    the parameter's device; on the CPU for the unfused optimiser), so `opt.step()` goes on from it."""
     net.load_state_dict(state.weights)  # copies into the existing parameters: the optimiser keeps them
     fused = bool(opt.defaults.get("fused"))
     for name, p in net.named_parameters():

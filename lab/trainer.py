@@ -32,7 +32,7 @@ from lab.config import RunConfig, TrainConfig
 from lab.device import autocast, batch_source, resolve_device, set_threads
 from lab.evaluation import Evaluator, evaluate  # noqa: F401 (evaluate: its callers import it from here)
 from lab.model import Transformer
-from lab.optim import FastAdamW, clip_grad_norm
+from lab.optim import clip_grad_norm, make_optimizer  # noqa: F401 (make_optimizer: imported from here too)
 from lab.records import EvalRecord, Record, SnapshotRecord, StepRecord
 from lab.tasks import Batch, get_task, probe
 
@@ -63,17 +63,6 @@ def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Transform
     return model.to(device)
 
 
-def make_optimizer(model: torch.nn.Module, tc: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW with weight decay on matrices only: no decay for biases, norms and embeddings."""
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        embedding = name.startswith(("tok_emb", "pos."))
-        (decay if p.dim() >= 2 and not embedding else no_decay).append(p)
-    groups = [{"params": decay, "weight_decay": tc.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    fused = all(p.device.type in ("cpu", "cuda") for p in decay + no_decay)  # one kernel, no per-tensor ops
-    return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2), foreach=not fused, fused=fused)
-
-
 def lr_at(step: int, tc: TrainConfig) -> float:
     """Linear warmup over `warmup` steps, then cosine / linear decay to min_lr_ratio * lr (or constant)."""
     if step < tc.warmup:
@@ -85,7 +74,7 @@ def lr_at(step: int, tc: TrainConfig) -> float:
     return tc.lr * (tc.min_lr_ratio + (1 - tc.min_lr_ratio) * shape)
 
 
-def train_step(model: Transformer, b: Batch, params: list[Tensor], opt: FastAdamW, clip: float,
+def train_step(model: Transformer, b: Batch, params: list[Tensor], opt: torch.optim.Optimizer, clip: float,
                amp: contextlib.AbstractContextManager, smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
     """One optimisation step: forward, backward, clip the gradients' joint norm to `clip`, AdamW.
     Returns (loss, grad norm before clipping), both on the device: no host sync here."""
@@ -94,7 +83,7 @@ def train_step(model: Transformer, b: Batch, params: list[Tensor], opt: FastAdam
     for p in params:  # zero_grad(set_to_none=True), without walking the param groups
         p.grad = None
     loss.backward()
-    grad_norm = clip_grad_norm([p.grad for p in params if p.grad is not None], clip)
+    grad_norm = clip_grad_norm(params, clip)
     opt.step()
     return loss, grad_norm
 
@@ -250,7 +239,7 @@ def fit(cfgs: Sequence[RunConfig], stepper: Stepper, device: torch.device,
 
 
 class SoloStepper:
-    """One run: its model, AdamW through the fused kernel, its own batches and learning-rate schedule."""
+    """One run: its model, torch's AdamW (lab/optim.py), its own batches and learning-rate schedule."""
 
     def __init__(self, cfg: RunConfig, device: torch.device) -> None:
         tc = cfg.train
@@ -262,7 +251,6 @@ class SoloStepper:
         self.opt = make_optimizer(self.net, tc)
         self.next_batch = batch_source(cfg, device)
         self.params = list(self.net.parameters())  # once: model.parameters() walks every module each call
-        self.fast_opt = FastAdamW(self.opt)
         self.clip = tc.grad_clip if tc.grad_clip > 0 else float("inf")
         self.amp = autocast(device)
 
@@ -271,7 +259,7 @@ class SoloStepper:
         for g in self.opt.param_groups:
             g["lr"] = lr
         b = self.next_batch()
-        loss, grad_norm = train_step(self.net, b, self.params, self.fast_opt, self.clip, self.amp,
+        loss, grad_norm = train_step(self.net, b, self.params, self.opt, self.clip, self.amp,
                                      self.tc.label_smoothing)
         return [lr], loss, grad_norm, [b.inp.numel() + (b.src.numel() if b.src is not None else 0)]
 
