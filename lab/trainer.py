@@ -134,6 +134,101 @@ class Stepper(Protocol):
         """Live run j's weights, optimiser state and random streams, as CPU copies (for a checkpoint)."""
 
 
+@dataclass
+class FitRun:
+    """One run inside a `fit`: its config and callbacks, and what the loop has counted and emitted for it."""
+
+    cfg: RunConfig
+    on_record: Callable[[Record], None]
+    should_stop: Callable[[], bool]
+    on_checkpoint: Optional[Callable[[Checkpoint], None]] = None
+    tokens: int = 0
+    train_loss: float = float("nan")  # the last logged train loss
+    last_eval: Optional[EvalRecord] = None
+    window: tuple[float, int] = (0.0, 0)  # (time, tokens) at its last train record, for recent throughput
+    result: Optional[TrainResult] = None  # set when it stops or ends
+
+    def resume(self, ck: Checkpoint) -> None:
+        """Take the loop's counters from a checkpoint."""
+        self.tokens, self.train_loss, self.last_eval = ck.tokens, ck.train_loss, ck.last_eval
+        self.window = (ck.elapsed_s, ck.tokens)
+
+
+class _Loop:
+    """What the runs of one `fit` share (stepper, evaluation data, schedule, clock) and what it does to a
+    live run: `j` is the run's index among the stepper's live runs."""
+
+    def __init__(self, cfg: RunConfig, stepper: Stepper, device: torch.device, elapsed_s: float) -> None:
+        self.stepper, self.device, self.tc = stepper, device, cfg.train
+        self.evaluator = Evaluator(cfg, device)  # batched runs share their task, so their evaluation data
+        self.snaps = snapshot_steps(cfg.train)
+        self.log_every = max(1, cfg.train.steps // MAX_LOGGED_STEPS)
+        self.t0 = time.perf_counter() - elapsed_s
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def evaluate(self, j: int, run: FitRun, step: int) -> None:
+        run.last_eval = self.evaluator(self.stepper.model(j), step, run.tokens, self.elapsed)
+        run.on_record(run.last_eval)
+
+    def snapshot(self, j: int, run: FitRun, step: int) -> None:
+        model = self.stepper.model(j)
+        run.on_record(SnapshotRecord(step, probe_attention(model, run.cfg, self.device), snapshot_weights(model)))
+
+    def checkpoint(self, j: int, run: FitRun, step: int, stop_eval: bool = False, stop_snapshot: bool = False) -> None:
+        if run.on_checkpoint is not None:
+            run.on_checkpoint(Checkpoint(step, run.tokens, self.elapsed(), run.train_loss,
+                                         None if stop_eval else run.last_eval, self.stepper.state(j), stop_eval,
+                                         stop_snapshot))
+
+    def finish(self, j: int, run: FitRun, step: int, stopped: bool) -> None:
+        """End a run: a stopped one first gets metrics and attention at the step it reached."""
+        stop_eval = stop_snapshot = False
+        if stopped and step > 0:
+            if run.last_eval is None or run.last_eval.step != step:
+                self.evaluate(j, run, step)
+                stop_eval = True
+            if step not in self.snaps:  # (at most one snapshot per step)
+                self.snapshot(j, run, step)
+                stop_snapshot = True
+        self.checkpoint(j, run, step, stop_eval, stop_snapshot)
+        model, wall = self.stepper.model(j), self.elapsed()
+        run.result = TrainResult(step, stopped, wall, str(self.device), model.num_params(),
+                                 run.tokens / max(wall, 1e-9), run.train_loss, run.last_eval,
+                                 {n: v.detach().cpu().clone() for n, v in model.state_dict().items()})
+
+    def halt(self, live: list[FitRun], step: int, stop_at: Optional[int]) -> list[FitRun]:
+        """Finish the live runs asked to stop before `step`; the runs that go on."""
+        halted = [j for j, run in enumerate(live) if run.should_stop() or step == stop_at]
+        if not halted:
+            return live
+        for j in halted:
+            self.finish(j, live[j], step, True)
+        kept = [j for j in range(len(live)) if j not in halted]
+        if kept:
+            self.stepper.keep(kept)
+        return [live[j] for j in kept]
+
+    def record(self, live: list[FitRun], step: int, lrs: list[float], losses: Tensor, norms: Tensor) -> None:
+        """After step `step`: train records, evaluations, snapshots and checkpoints, each where it is due."""
+        last = step == self.tc.steps
+        if step % self.log_every == 0 or last:
+            now = self.elapsed()
+            lv, nv = losses.detach().reshape(-1).tolist(), norms.reshape(-1).tolist()  # (k,): the host sync
+            for j, run in enumerate(live):
+                run.train_loss = lv[j]
+                tps = (run.tokens - run.window[1]) / max(now - run.window[0], 1e-9)
+                run.window = (now, run.tokens)
+                run.on_record(StepRecord(step, lv[j], lrs[j], nv[j], run.tokens, now, tps))
+        due = [(step % self.tc.eval_every == 0 or last, self.evaluate), (step in self.snaps, self.snapshot),
+               (step % self.tc.eval_every == 0 and not last, self.checkpoint)]  # (the last step's: in finish)
+        for is_due, action in due:
+            if is_due:
+                for j, run in enumerate(live):
+                    action(j, run, step)
+
+
 def fit(cfgs: Sequence[RunConfig], stepper: Stepper, device: torch.device,
         on_record: Sequence[Callable[[Record], None]], should_stop: Sequence[Callable[[], bool]],
         on_checkpoint: Optional[Sequence[Callable[[Checkpoint], None]]] = None,
@@ -152,90 +247,28 @@ def fit(cfgs: Sequence[RunConfig], stepper: Stepper, device: torch.device,
     if start is not None and (k != 1 or start.step > tc.steps):
         raise ValueError(f"start: a checkpoint continues one run up to train.steps (got {k} runs, checkpoint "
                          f"at step {start.step}, train.steps {tc.steps})")
-    evaluator = Evaluator(cfgs[0], device)  # batched runs share their task, so their evaluation data
-    snaps = snapshot_steps(tc)
-    log_every = max(1, tc.steps // MAX_LOGGED_STEPS)
-    live = list(range(k))  # runs still training, in the stepper's order
-    tokens, loss_val = [0] * k, [float("nan")] * k
-    last_eval: list[Optional[EvalRecord]] = [None] * k
-    window = [(0.0, 0)] * k  # (time, tokens) at each run's last train record, for recent throughput
-    results: dict[int, TrainResult] = {}
+    runs = [FitRun(cfg, on_record[i], should_stop[i], None if on_checkpoint is None else on_checkpoint[i])
+            for i, cfg in enumerate(cfgs)]
     if start is not None:
-        tokens[0], loss_val[0], last_eval[0] = start.tokens, start.train_loss, start.last_eval
-        window[0] = (start.elapsed_s, start.tokens)
-    t0 = time.perf_counter() - (start.elapsed_s if start is not None else 0.0)
-
-    def do_eval(j: int, step: int) -> None:
-        i = live[j]
-        last_eval[i] = evaluator(stepper.model(j), step, tokens[i], lambda: time.perf_counter() - t0)
-        on_record[i](last_eval[i])
-
-    def snapshot(j: int, step: int) -> None:
-        model = stepper.model(j)
-        on_record[live[j]](SnapshotRecord(step, probe_attention(model, cfgs[live[j]], device), snapshot_weights(model)))
-
-    def checkpoint(j: int, step: int, stop_eval: bool = False, stop_snapshot: bool = False) -> None:
-        if on_checkpoint is not None:
-            i = live[j]
-            on_checkpoint[i](Checkpoint(step, tokens[i], time.perf_counter() - t0, loss_val[i],
-                                        None if stop_eval else last_eval[i], stepper.state(j), stop_eval,
-                                        stop_snapshot))
-
-    def finish(j: int, step: int, stopped: bool) -> None:
-        i = live[j]
-        stop_eval = stop_snapshot = False
-        if stopped and step > 0:
-            if last_eval[i] is None or last_eval[i].step != step:
-                do_eval(j, step)
-                stop_eval = True
-            if step not in snaps:  # (at most one snapshot per step)
-                snapshot(j, step)
-                stop_snapshot = True
-        checkpoint(j, step, stop_eval, stop_snapshot)
-        model, wall = stepper.model(j), time.perf_counter() - t0
-        results[i] = TrainResult(step, stopped, wall, str(device), model.num_params(), tokens[i] / max(wall, 1e-9),
-                                 loss_val[i], last_eval[i],
-                                 {n: v.detach().cpu().clone() for n, v in model.state_dict().items()})
-
+        runs[0].resume(start)
+    loop = _Loop(cfgs[0], stepper, device, start.elapsed_s if start is not None else 0.0)
+    live = list(runs)  # the runs still training, in the stepper's order
     step = 0 if start is None else start.step
-    if 0 in snaps and step == 0:
-        for j in range(k):
-            snapshot(j, 0)
+    if step == 0 and 0 in loop.snaps:
+        for j, run in enumerate(live):
+            loop.snapshot(j, run, 0)
     while step < tc.steps:
-        halted = [j for j, i in enumerate(live) if should_stop[i]() or step == stop_at]
-        if halted:
-            for j in halted:
-                finish(j, step, True)
-            kept = [j for j in range(len(live)) if j not in halted]
-            live = [live[j] for j in kept]
-            if not live:
-                break
-            stepper.keep(kept)
+        live = loop.halt(live, step, stop_at)
+        if not live:
+            break
         lrs, losses, norms, toks = stepper.step(step)
         step += 1
-        for j, i in enumerate(live):
-            tokens[i] += toks[j]
-        last = step == tc.steps
-        if step % log_every == 0 or last:
-            now = time.perf_counter() - t0
-            lv, nv = losses.detach().reshape(-1).tolist(), norms.reshape(-1).tolist()  # the host sync, when logged
-            for j, i in enumerate(live):
-                loss_val[i] = lv[j]
-                tps = (tokens[i] - window[i][1]) / max(now - window[i][0], 1e-9)
-                window[i] = (now, tokens[i])
-                on_record[i](StepRecord(step, lv[j], lrs[j], nv[j], tokens[i], now, tps))
-        if step % tc.eval_every == 0 or last:
-            for j in range(len(live)):
-                do_eval(j, step)
-        if step in snaps:
-            for j in range(len(live)):
-                snapshot(j, step)
-        if step % tc.eval_every == 0 and not last:  # (the last step's comes with the end of the run)
-            for j in range(len(live)):
-                checkpoint(j, step)
-    for j in range(len(live)):
-        finish(j, step, False)
-    return [results[i] for i in range(k)]
+        for run, n in zip(live, toks):
+            run.tokens += n
+        loop.record(live, step, lrs, losses, norms)
+    for j, run in enumerate(live):
+        loop.finish(j, run, step, False)
+    return [run.result for run in runs]
 
 
 class SoloStepper:
