@@ -43,7 +43,8 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager:
 
 
 def set_threads(n: int) -> None:
-    """Intra-op threads are process-wide; oversubscribing 2 cores slows steps 10-50x (docs/SCIENCE.md)."""
+    """Intra-op threads are process-wide; oversubscribing the cores slows steps many times over
+    (docs/SCIENCE.md)."""
     with _THREADS_LOCK:
         if torch.get_num_threads() != n:
             torch.set_num_threads(n)

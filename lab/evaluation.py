@@ -10,8 +10,8 @@ the model on three fixed sets of batches, made once per run from their own seeds
 - "train": samples of the training distribution at the training lengths: modular addition's training
   pairs, windows of the text's first 90%; for the generated tasks (copy, sort, induction...) training
   draws fresh sequences every step, so fresh sequences are its distribution, and their train and held-out
-  metrics differ only by sampling noise. Half as many samples as the held-out set (the cost, measured on
-  one CPU thread: 2% of a default run's time per step, reverse or text; 1% for modular addition), enough to
+  metrics differ only by sampling noise. Half as many samples as the held-out set (a small share of a run's
+  time: benchmarks/RESULTS.md, "Measurements quoted in the code before"), enough to
   draw the training curve beside the held-out one, the picture that shows memorising against generalising
   (Power et al. 2022, grokking; Zhang et al. 2017, "Understanding deep learning requires rethinking
   generalization").

@@ -10,9 +10,8 @@ overhead and memory traffic, not FLOPs, so a step also pays a fixed cost, a cost
 activation element (LayerNorm, GELU, residual adds) and one per attention score (softmax, masks). The
 constants were fitted (non-negative least squares on the relative error) to the CPU time of 1-thread
 steps and evaluations of 55 configs on the 2-core dev machine: every preset's runs and variations of the
-default run in width, depth, batch, length, task, positional encoding and architecture. Steps came out
-within 0.81-1.31x of the measured time (rms 11%), evaluations 0.71-1.37x (rms 16%): see
-benchmarks/README.md, "estimates".
+default run in width, depth, batch, length, task, positional encoding and architecture; how close the fit
+came: benchmarks/README.md, "Cost model calibration".
 """
 from __future__ import annotations
 
@@ -33,9 +32,8 @@ EVAL_BATCH_S = 0.5e-3  # per evaluation batch (256 rows at most) per block
 SNAPSHOT_S = 5e-3  # one attention snapshot: a probe forward pass and its file
 FIXED_S = 0.4  # per run, outside the loop: hand-over to a worker, eval data, model build, saving
 # The constants above come from the fastest CPU time of each measurement; a whole run's steps average
-# longer even alone on a quiet machine (benchmarks/RESULTS.md: the default run alone trained 48,210 tok/s,
-# 1.48x this model's time; throughput.py's median steps for S, M, L: 1.37-1.47x). An "idle core" here is
-# that quiet machine's typical speed.
+# longer even alone on a quiet machine (benchmarks/RESULTS.md, "Measurements quoted in the code before"),
+# hence TYPICAL. An "idle core" here is that quiet machine's typical speed.
 TYPICAL = 1.4
 TRAIN_SHARE = 2  # lab/evaluation.py's TRAIN_SHARE (torch-free here): the training set is the held-out count / 2
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 KINDS = ("local-cpu", "local-cuda", "cpu-space", "cuda-space", "zerogpu-space")
 MODES = ("thread", "process")  # LAB_JOBS_MODE; "ray" follows from LAB_RAY_ADDRESS
-BATCH_ON_CPU = False  # batched seeds measured 0.64x (slower than sequential runs) on this CPU: RESULTS.md
+BATCH_ON_CPU = False  # batched seeds are slower than sequential runs on this CPU: benchmarks/RESULTS.md
 MAX_CPU_SLOTS = 4  # each slot is a worker process holding its own torch; more than 4 was never measured
 CUDA_SLOTS = 4  # tiny models leave a GPU mostly idle: several runs share it
 CLASS_SIZE = 30  # students one server is meant to hold at once

@@ -29,12 +29,12 @@ from lab.config import RunConfig
 from lab.engine.environment import detect
 from lab.engine.cost import FIXED_S, Cost, cost
 
-PAIR_SLOWDOWN = 0.09  # two jobs on two free cores each run ~1.09x slower (RESULTS.md: 1.83x aggregate)
+PAIR_SLOWDOWN = 0.09  # each extra job's memory contention (benchmarks/RESULTS.md, "Runs at once")
 PROBE_S = 0.06  # a capacity probe: this long, on one thread per core
 PROBE_EVERY_S = 4.0  # at most one probe this often
 PROBES_KEPT_S = 300.0  # capacity: the median of the last 5 minutes' probes (a run lasts minutes; a probe is
-# a moment, and this machine's other work comes in bursts: one probe at a burst said 0.1 core, a 10x slowdown)
-MIN_CAPACITY = 0.25  # cores: the slowest measured here under a load of 18 was ~9x an idle core
+# a moment, and this machine's other work comes in bursts: a probe taken at one reads far too little)
+MIN_CAPACITY = 0.25  # cores: below the slowest seen here under heavy load (benchmarks/RESULTS.md)
 SAMPLES = 5  # measurements combined (median): the latest ones
 MIN_MEASURED_S = 1.5  # a running job's speed counts once it has trained this long (its first steps are slow)
 END_SHARE = 0.25  # of the fixed cost, the part after the training loop (weights, summary, status)

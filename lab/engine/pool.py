@@ -2,16 +2,16 @@
 
 Why processes: a training step is tens to hundreds of small torch ops, each entered from Python, and the
 web server shares the interpreter with any training thread; a process per slot keeps the page responsive,
-isolates a crash or an out-of-memory kill, and lets two runs use two cores (benchmarks/RESULTS.md: two
-runs at once ~1.8x the throughput of one alone).
+isolates a crash or an out-of-memory kill, and lets two runs use two cores (benchmarks/RESULTS.md, "Runs
+at once").
 
 A worker is `python -m lab.engine.worker CTRL_FD EVENTS_FD` (lab/engine/worker.py), a fresh interpreter:
 no fork of the threaded app, no re-import of the app's __main__. It imports torch once, then trains job
 after job; a worker whose job ended cleanly waits as a spare for the slot's next job, so runs start at
-once instead of after a 1.5-5 s import of torch. A worker that exits without reporting every run
+once instead of after importing torch. A worker that exits without reporting every run
 (killed, out of memory, segfault) leaves those runs failed, with the exit code or signal in the message,
-and is replaced once its job is over (importing torch beside running jobs slows them: two runs at once
-reached only 1.2x of one alone that way, measured).
+and is replaced once its job is over (importing torch beside running jobs slows them: benchmarks/README.md,
+"Concurrency").
 """
 from __future__ import annotations
 

@@ -122,7 +122,7 @@ class JobSlots:
     def warm_up(self, delay_s: float = 0.0) -> None:
         """Start the worker processes (one per slot) in the background after `delay_s`, so the first runs
         start at once. The app waits a little: importing torch in them while the app itself starts slowed
-        its cold start (1.15x -> 1.36x of a bare import of gradio and torch, measured)."""
+        its cold start (benchmarks/README.md, "Concurrency")."""
         if self.pool is not None:
             timer = threading.Timer(delay_s, self.pool.warm_up, args=(self.max_concurrent,))
             timer.daemon = True

@@ -8,8 +8,8 @@ It imports torch once, then trains jobs one after another until the app closes t
   - A `StopRun` stops that run at its next step.
   - End-of-file on the control pipe (the app died) marks the current job's runs interrupted and ends
     the process at once.
-One intra-op thread per worker when several run at once (oversubscribing 2 cores slows steps 10-50x,
-docs/SCIENCE.md).
+One intra-op thread per worker when several run at once (oversubscribing the cores slows steps many
+times over: docs/SCIENCE.md).
 """
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def train_job(job: RunJob, stops: dict[str, threading.Event], events: Any,
 
 def _preload() -> None:
     """The slow first-time work of a fresh interpreter, done while the spare waits for a job:
-    importing torch and the trainer, and the optimiser's lazy import of torch._dynamo (~1.5 s)."""
+    importing torch and the trainer, and the optimiser's lazy import of torch._dynamo."""
     importlib.import_module("lab.batched")
     import torch
 

@@ -33,8 +33,9 @@ def attention_grid(patterns: np.ndarray, q_labels: Sequence[str], k_labels: Sequ
     `silenced` (layer, head) cells, heads whose output an intervention removes, are hatched and labelled.
 
     Drawn as one mosaic image on one axes (cells separated by blank gaps), token labels on the
-    left and bottom edges only: matplotlib lays out each axes' tick labels on every draw, and a
-    4 x 8 grid of separate axes took ~10 s to render where the mosaic takes ~0.4 s."""
+    left and bottom edges only: matplotlib lays out each axes' tick labels on every draw, so a grid of
+    separate axes renders many times slower (benchmarks/RESULTS.md, "Measurements quoted in the code
+    before")."""
     n_layers, n_heads, tq, tk = patterns.shape
     mosaic, gap = attention_mosaic(patterns)
     cell = min(2.6, max(1.6, 0.11 * max(tq, tk)))
