@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 CHROMIUM = os.environ.get("LAB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import free_port
+from tests.helpers import free_port
 
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]
 NODE = ["--num-cpus=1", "--object-store-memory=80000000", "--disable-usage-stats"]

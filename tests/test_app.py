@@ -19,33 +19,10 @@ from lab.engine.jobs import JobManager
 from lab.engine.store import RunStore
 from ui.knobs import KNOBS
 from ui.train import validate
-from lab.config import declared_fields
+from tests.helpers import INVALID, INVALID_IDS, LABELS
 
 # Invalid knob combinations (API parameter names, as the /start and /validate endpoints take them)
 # and the config fields an error message may name for each.
-INVALID: list[tuple[dict[str, Any], tuple[str, ...]]] = [
-    ({"d_model": 100, "n_heads": 8}, ("model.d_model", "model.n_heads")),
-    ({"pos": "rope", "d_model": 48, "n_heads": 16}, ("model.pos", "model.d_model", "model.n_heads")),  # d_head 3
-    ({"min_len": 6, "max_len": 3}, ("task.max_len", "task.min_len")),
-    ({"task": "induction", "arch": "encoder-decoder", "min_len": 4}, ("task.name", "model.arch")),
-    ({"steps": 0}, ("train.steps",)),
-    ({"lr": -1}, ("train.lr",)),
-    ({"lr": "abc"}, ("train.lr",)),
-    ({"task": "unknown"}, ("task.name",)),
-    ({"n_layers": 0}, ("model.n_layers",)),
-    ({"batch_size": 0}, ("train.batch_size",)),
-    ({"d_ff": -5}, ("model.d_ff",)),
-    ({"dropout": 2}, ("model.dropout",)),
-    ({"n_heads": 0}, ("model.n_heads",)),
-    ({"n_symbols": 1}, ("task.n_symbols",)),
-    ({"warmup": 1.5}, ("train.warmup",)),
-    ({"seed": -1}, ("train.seed",)),
-    ({"steps": "--5"}, ("train.steps",)),
-    ({"max_len": None}, ("task.max_len",)),
-    ({"arch": "transformer"}, ("model.arch",)),
-    ({"norm": "sideways"}, ("model.norm",)),
-]
-INVALID_IDS = ["-".join(f"{k}={v}" for k, v in case.items()) for case, _ in INVALID]
 AUTO_NAMES = re.compile(r"^(lambda|unnamed|js_fn|false|fn_?\d+|.*_\d+)$")
 ENDPOINTS = ("start", "poll", "stop", "validate", "show_run", "select_all", "compare",
              "export", "inspect_runs", "snapshot_steps", "attention_for_run", "attention", "positional_a",
@@ -109,9 +86,6 @@ def test_the_api_lists_the_endpoints_clients_use(demo):
 def test_defaults_validate_to_a_description(demo):
     text = validate(*knob_args())
     assert not text.startswith("⚠️") and "parameters" in text
-
-
-LABELS = {f.key: f.spec.label for f in declared_fields()}
 
 
 @pytest.mark.parametrize(("case", "fields"), INVALID, ids=INVALID_IDS)

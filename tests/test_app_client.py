@@ -6,71 +6,16 @@ Waits are generous and nothing asserts timing except a lenient bound on the poll
 """
 from __future__ import annotations
 
-import json
 
 import statistics
 import time
-from typing import Any
 
-import pandas as pd
 import pytest
 
-from tests.test_app import INVALID, INVALID_IDS, LABELS
-from tests.conftest import compare_api, plotted
+from tests.helpers import INVALID, INVALID_IDS, LABELS, WAIT_S, compare, compare_api, poll, \
+    poll_until_done, start
 
 pytestmark = pytest.mark.slow  # launches the app in a subprocess
-WAIT_S = 120.0
-SMALL = {"task": "copy", "max_len": 4, "d_model": 32, "n_heads": 2, "steps": 150}
-
-
-def start(client, **knobs: Any) -> str:
-    """Start a run through /start (SMALL, overridden by `knobs`); return its id."""
-    pick, my_runs, text, timer, note = client.predict(**{**SMALL, **knobs}, my_runs=[], owner="u1", api_name="/start")
-    run_id = pick["value"]
-    assert isinstance(run_id, str) and run_id
-    assert my_runs == [run_id]
-    assert timer["active"] is True
-    assert "Queued" in text or "Running" in text, text
-    assert note == ""  # a good Start clears the note beside the button
-    return run_id
-
-
-def poll(client, run_id: str) -> tuple[str, pd.DataFrame, pd.DataFrame, bool]:
-    """(progress text, loss frame, accuracy frame, timer still active) from /poll."""
-    text, loss, acc, timer = client.predict(run_id, api_name="/poll")
-    return text, frame(loss), frame(acc), timer["active"]
-
-
-def poll_until_done(client, run_id: str, timeout: float = WAIT_S) -> tuple[str, pd.DataFrame, pd.DataFrame]:
-    deadline = time.monotonic() + timeout
-    while True:
-        text, loss, acc, active = poll(client, run_id)
-        if not active:
-            return text, loss, acc
-        assert time.monotonic() < deadline, f"run {run_id} still live after {timeout:.0f} s: {text}"
-        time.sleep(0.5)
-
-
-def frame(value: Any) -> pd.DataFrame:
-    """A plot's or table's value as sent to the browser ({'columns'|'headers': ..., 'data': ...}),
-    also inside a component update ({'__type__': 'update', 'value': ...})."""
-    if isinstance(value, dict) and value.get("__type__") == "update":
-        value = value.get("value")
-    if not value:
-        return pd.DataFrame()
-    return pd.DataFrame(value["data"], columns=value.get("columns") or value.get("headers"))
-
-
-def compare(client, run_ids: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, Any]:
-    views = compare_api(client, run_ids)
-    assert not views["timer"].get("active")  # finished runs: the live timer is off
-    layout = json.loads(views["curves"]["plot"])["layout"]
-    assert layout["xaxis"]["title"]["text"] == "step" and layout["yaxis"]["title"]["text"] == "train loss (batch)"
-    colours = [t["line"]["color"] for t in json.loads(views["curves"]["plot"])["data"]]
-    assert len(set(colours)) == len(colours) == len(run_ids)  # a colour per run, in the selection's order
-    return plotted(views["curves"]), frame(views["finals"]), frame(views["configs"]), views["params"]
-
-
 def test_start_poll_then_compare_and_inspect(client, app_server):
     run_id = start(client)
     assert run_id in app_server.run_folders()

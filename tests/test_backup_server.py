@@ -9,8 +9,7 @@ import shutil
 import pytest
 from gradio_client import Client
 
-from tests.conftest import launch_app
-from tests.test_app_client import compare, poll_until_done, start
+from tests.helpers import compare, launch_app, poll_until_done, start
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ from lab.engine.store import RunStore
 from lab.views.analysis import positional_view
 from lab.views.plots import pca_figure
 from tests.browser import assert_no_errors, chromium, open_page
-from tests.conftest import app_context, launch_app, trained_run
+from tests.helpers import app_context, launch_app, trained_run
 from ui.inspect import attention_view, build_inspect_tab, positional_panel, run_label, typed_note
 
 TINY = RunConfig(model=ModelConfig(n_layers=1, n_heads=2, d_model=16, d_ff=32, pos="learned"),

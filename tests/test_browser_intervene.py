@@ -15,7 +15,7 @@ import pytest
 
 from lab.teach.presets import INDUCTION
 from tests.browser import SHOTS, assert_no_errors, chromium, open_page, shoot
-from tests.conftest import app_with_run
+from tests.helpers import app_with_run
 
 pytestmark = pytest.mark.slow
 

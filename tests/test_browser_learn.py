@@ -10,7 +10,7 @@ import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.teach.lesson_pages import PAGES
-from tests.conftest import app_with_run
+from tests.helpers import app_with_run
 from tests.browser import SHOTS, assert_no_errors, choose, chromium, open_page, shoot
 
 pytestmark = pytest.mark.slow

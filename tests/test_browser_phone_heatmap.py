@@ -14,7 +14,7 @@ import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from tests.browser import assert_no_errors, chromium, open_page, shoot
-from tests.conftest import app_with_run
+from tests.helpers import app_with_run
 
 pytestmark = pytest.mark.slow
 PHONE = {"width": 390, "height": 844}

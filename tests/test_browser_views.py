@@ -16,7 +16,7 @@ import pytest
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.store import RunStore
 from tests.browser import assert_no_errors, chromium, open_page
-from tests.conftest import launch_app, trained_run
+from tests.helpers import launch_app, trained_run
 from lab.views.curves import CURVES, X_AXES
 
 pytestmark = pytest.mark.slow

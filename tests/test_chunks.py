@@ -10,7 +10,7 @@ from lab.engine.chunks import Chunk, request_stop, run_chunk, train_in_chunks
 from lab.engine.jobs import JobManager
 from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
-from tests.test_resume import same_run, tiny
+from tests.helpers import RESUMABLE, same_run, tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -19,7 +19,7 @@ def test_one_step_chunks_equal_one_go(tmp_path):
     """A budget of a millisecond: every chunk trains exactly one step (a chunk always makes progress), so
     six steps take six chunks, each resuming the last one's checkpoint."""
     store = RunStore(tmp_path / "runs")
-    cfg = tiny("decoder", dropout=0.1, steps=6)
+    cfg = tiny_config(RESUMABLE, arch="decoder", dropout=0.1, steps=6)
     whole = store.create(cfg)
     record_run(store, whole, threads=1)
     chunked = store.create(cfg)
@@ -33,7 +33,7 @@ def test_one_step_chunks_equal_one_go(tmp_path):
 
 def test_an_encoder_decoder_in_time_boxed_chunks_equals_one_go(tmp_path):
     store = RunStore(tmp_path / "runs")
-    cfg = tiny("encoder-decoder", dropout=0.1, schedule="linear", steps=30)
+    cfg = tiny_config(RESUMABLE, arch="encoder-decoder", dropout=0.1, schedule="linear", steps=30)
     whole = store.create(cfg)
     record_run(store, whole, threads=1)
     chunked = store.create(cfg)
@@ -44,7 +44,7 @@ def test_an_encoder_decoder_in_time_boxed_chunks_equals_one_go(tmp_path):
 
 def test_a_stop_asked_for_ends_the_run_at_its_next_check(tmp_path):
     store = RunStore(tmp_path / "runs")
-    run = store.create(tiny(steps=30))
+    run = store.create(tiny_config(RESUMABLE, steps=30))
     seen: list[Chunk] = []
     for chunk in train_in_chunks(store, run, seconds=0.001):
         seen.append(chunk)
@@ -58,7 +58,7 @@ def test_when_no_gpu_can_be_had_the_cpu_queue_goes_on_from_the_checkpoint(tmp_pa
     """The third chunk's GPU call fails (quota spent): the run is queued for its next chunk; the job manager
     adopts it and trains it to the end from its last checkpoint, as if nothing had happened."""
     store = RunStore(tmp_path / "runs")
-    cfg = tiny("decoder", dropout=0.1, steps=12)
+    cfg = tiny_config(RESUMABLE, arch="decoder", dropout=0.1, steps=12)
     whole = store.create(cfg)
     record_run(store, whole, threads=1)
     run = store.create(cfg)
@@ -85,7 +85,7 @@ def test_when_no_gpu_can_be_had_the_cpu_queue_goes_on_from_the_checkpoint(tmp_pa
 
 def test_a_new_run_whose_first_chunk_never_started_trains_in_the_cpu_queue(tmp_path):
     store = RunStore(tmp_path / "runs")
-    cfg = tiny(steps=8)
+    cfg = tiny_config(RESUMABLE, steps=8)
     whole, run = store.create(cfg), store.create(cfg)
     record_run(store, whole, threads=1)
     jobs = JobManager(store, max_concurrent=1, mode="thread")

@@ -18,27 +18,11 @@ import torch
 from lab.params import param_breakdown
 from lab.cli.main import main
 from lab.config import RunConfig
+from tests.helpers import CLI_TINY as TINY, REPO, lab, lab_env, one_json
 
-REPO = Path(__file__).resolve().parents[1]
-TINY = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--d-ff", "32", "--batch-size", "8",
-        "--max-len", "4", "--n-ctx", "32", "--threads", "1", "--device", "cpu"]
 SUMMARY_KEYS = {"run_id", "run_dir", "status", "params", "steps", "train_loss", "eval", "ood", "train_set", "wall_s",
                 "tokens_per_s", "device"}
 RUN_FILES = ("config.json", "status.json", "metrics.jsonl", "weights.safetensors", "summary.json")
-
-
-def lab_env(runs_dir: Path | None) -> dict[str, str]:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
-    env.pop("LAB_RUNS_DIR", None)
-    if runs_dir is not None:
-        env["LAB_RUNS_DIR"] = str(runs_dir)
-    return env
-
-
-def lab(*args: str, runs_dir: Path | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
-    """Run `python -m lab ARGS` from the repository root; the store comes from $LAB_RUNS_DIR."""
-    return subprocess.run([sys.executable, "-m", "lab", *args], cwd=REPO, env=lab_env(runs_dir),
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def start(*args: str, runs_dir: Path) -> subprocess.Popen:
@@ -57,11 +41,6 @@ def wait_for_metrics(proc: subprocess.Popen, runs_dir: Path, timeout: float = 12
                 return path.parent
         time.sleep(0.05)
     pytest.fail("no metrics line within the timeout")
-
-
-def one_json(stdout: str):
-    assert stdout.count("\n") == 1 and stdout.endswith("\n"), stdout  # exactly one line
-    return json.loads(stdout)
 
 
 def listing(runs_dir: Path) -> list[dict]:

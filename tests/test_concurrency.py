@@ -13,24 +13,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from lab.config import RunConfig
 from lab.engine.jobs import JobManager
 from lab.engine.store import RunStore
 from lab.engine.storefs import process_token
-from tests.test_crash import descendants
+from tests.helpers import descendants, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 WAIT = 120.0  # a fresh worker imports torch; the host is shared and noisy
-CFG = RunConfig(
-    model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32, n_ctx=32),
-    task=TaskConfig(name="copy", max_len=4, n_symbols=5),
-    train=TrainConfig(steps=30, batch_size=16, eval_every=15, eval_samples=32, snapshots=2, device="cpu", warmup=5),
-)
+CFG = tiny_config(n_ctx=32, n_symbols=5, steps=30, batch_size=16, eval_every=15, eval_samples=32, snapshots=2,
+                  device="cpu", warmup=5)
 
 
 def long_cfg(steps: int = 20_000) -> RunConfig:
     """Minutes of training, a train record every 40 steps."""
-    return replace(CFG, train=replace(CFG.train, steps=steps, eval_every=100_000))
+    return tiny_config(CFG, steps=steps, eval_every=100_000)
 
 
 def boom(cfg, on_record=None, should_stop=None, threads=None, **_):
@@ -154,16 +151,15 @@ def test_bad_mode_is_refused(store, monkeypatch):
 
 
 SERVER = """
-import sys, time
-from dataclasses import replace
+import json, sys, time
+from lab.config import RunConfig
 from lab.engine.jobs import JobManager
 from lab.engine.store import RunStore
-from tests.test_concurrency import long_cfg
 
 if __name__ == "__main__":
     jm = JobManager(RunStore(sys.argv[1]), max_concurrent=2, mode="process")
     for _ in range(2):
-        print(jm.submit(long_cfg()), flush=True)
+        print(jm.submit(RunConfig.from_dict(json.loads(sys.argv[2]))), flush=True)
     time.sleep(600)
 """
 
@@ -174,7 +170,8 @@ def test_sigkill_of_the_server_leaves_no_training_process(tmp_path):
     script = tmp_path / "server.py"
     script.write_text(SERVER)
     runs = tmp_path / "runs"
-    server = subprocess.Popen([sys.executable, str(script), str(runs)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+    server = subprocess.Popen([sys.executable, str(script), str(runs), long_cfg().to_json()], cwd=REPO,
+                              stdout=subprocess.PIPE, text=True,
                               env=dict(os.environ, PYTHONPATH=str(REPO)))
     try:
         ids = [server.stdout.readline().strip() for _ in range(2)]

@@ -21,29 +21,13 @@ import pytest
 from lab.engine.liveness import LOCK_DIR, writer_alive
 from lab.engine.store import LIVE_STATES
 from lab.engine.storefs import safetensors_problem
-from tests.conftest import compare_api, launch_app
+from tests.helpers import compare_api, descendants, launch_app
 
 pytestmark = pytest.mark.slow
 KILLS = 5
 OWNER = "c" * 32
 SHORT = {"task": "copy", "max_len": 4, "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "steps": 60}
 LONG = {**SHORT, "steps": 4000}
-
-
-def descendants(pid: int) -> set[int]:
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    parents[int(entry)] = int(fh.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    family, more = set(), {pid}
-    while more:
-        family |= more
-        more = {p for p, pp in parents.items() if pp in more} - family
-    return family - {pid}
 
 
 def alive(pid: int) -> bool:

@@ -13,14 +13,13 @@ from typing import Callable
 
 import pytest
 
-from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from lab.config import RunConfig, TrainConfig
 from lab.engine.recorder import record_run
 from lab.engine.store import DamagedRunError, RunStore
-from tests.test_run_ids import call_with, run_id_endpoints
-from tests.conftest import compare_api
+from tests.helpers import call_with, compare_api, run_id_endpoints, tiny_config
 
-CFG = RunConfig(model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32, pos="learned"),
-                task=TaskConfig(name="copy", max_len=4), train=TrainConfig(steps=20, eval_every=10, snapshots=2))
+CFG = tiny_config(pos="learned", steps=20, eval_every=10, snapshots=2)
+
 MARKER = Path("/tmp/lab-damaged-store-pickle-ran")
 
 
@@ -136,7 +135,7 @@ def test_every_endpoint_answers_for_damaged_runs(damaged):
     from gradio_client import Client
     from gradio_client.exceptions import AppError
 
-    from tests.conftest import launch_app
+    from tests.helpers import launch_app
 
     folder, store, healthy, digests = damaged
     with launch_app(folder) as server:

@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from tests.conftest import REPO
+from tests.helpers import REPO
 
 SKIP_DIRS = {".git", "__pycache__", "runs", ".venv", "venv", "node_modules", ".pytest_cache", "build", "dist"}
 # a path of at least one folder: folder/.../name (a file or, ending in "/", a folder)

@@ -21,7 +21,7 @@ from lab.engine.estimate import (END_SHARE, Job, Sample, Server, SpeedLog, conte
 from lab.engine.jobs import JobManager
 from lab.engine.store import RunStore
 from lab.records import EvalRecord, StepRecord
-from tests.test_jobs import FakeResult
+from tests.helpers import FakeResult
 
 BASE = RunConfig(model=ModelConfig(n_layers=2, d_model=32, n_heads=2, d_ff=64),
                  task=TaskConfig(name="copy", max_len=6), train=TrainConfig(steps=200, eval_every=50))

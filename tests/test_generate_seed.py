@@ -15,7 +15,7 @@ import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.recorder import record_run
-from tests.conftest import app_context, app_with_run
+from tests.helpers import app_context, app_with_run
 from ui.common import errors_as_messages
 from ui.intervene import panel_update
 from ui.intervene_parts import MapCache

@@ -14,7 +14,7 @@ import ui.gpu as gpu
 from lab.engine.jobs import JobManager
 from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
-from tests.test_resume import same_run, tiny
+from tests.helpers import RESUMABLE, same_run, tiny_config
 from ui.common import AppContext
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -37,7 +37,7 @@ def test_the_spaces_decorator_leaves_the_chunk_as_it_is_off_zerogpu():
 
 
 def test_off_zerogpu_the_chunks_train_here_and_equal_one_go(ctx):
-    cfg = tiny(steps=5)
+    cfg = tiny_config(RESUMABLE, steps=5)
     said = list(gpu.train_on_gpu(ctx, cfg, "u1"))
     run = said[0][0]
     assert said[0][1].startswith("⚡ Waiting for a GPU")
@@ -60,7 +60,7 @@ def test_no_gpu_now_hands_the_run_to_the_cpu_queue_from_its_checkpoint(ctx, monk
         return gpu._chunk(runs_dir, run_id, seconds)
 
     monkeypatch.setattr(gpu, "gpu_chunk", quota)
-    cfg = tiny(steps=9)
+    cfg = tiny_config(RESUMABLE, steps=9)
     said = list(gpu.train_on_gpu(ctx, cfg, "u1"))
     run = said[0][0]
     assert said[-1][1] == ("🐢 No GPU now (ZeroGPU quota exceeded: You have exceeded your free ZeroGPU quota (60s "
@@ -77,14 +77,14 @@ def test_a_gpu_queue_timeout_on_the_first_chunk_trains_the_new_run_on_the_cpu(ct
         raise gr.Error("No GPU was available after 60s", title="ZeroGPU queue timeout")
 
     monkeypatch.setattr(gpu, "gpu_chunk", timeout)
-    said = list(gpu.train_on_gpu(ctx, tiny(steps=4), "u1"))
+    said = list(gpu.train_on_gpu(ctx, tiny_config(RESUMABLE, steps=4), "u1"))
     assert said[-1][1].startswith("🐢 No GPU now (ZeroGPU queue timeout: No GPU was available after 60s)")
     assert said[-1][1].endswith("The run goes on in the CPU queue from step 0.")
     assert ctx.jobs.wait(said[0][0], timeout=120).state == "completed"
 
 
 def test_a_page_closed_between_chunks_leaves_the_run_to_the_cpu_queue(ctx):
-    steps = gpu.train_on_gpu(ctx, tiny(steps=8), "u1")
+    steps = gpu.train_on_gpu(ctx, tiny_config(RESUMABLE, steps=8), "u1")
     run, _ = next(steps)
     next(steps)  # one chunk trained
     steps.close()  # the browser went away: gradio closes the generator
@@ -93,7 +93,7 @@ def test_a_page_closed_between_chunks_leaves_the_run_to_the_cpu_queue(ctx):
 
 
 def test_stop_reaches_a_run_between_chunks(ctx):
-    steps = gpu.train_on_gpu(ctx, tiny(steps=30), "u1")
+    steps = gpu.train_on_gpu(ctx, tiny_config(RESUMABLE, steps=30), "u1")
     run, _ = next(steps)
     next(steps)
     assert gpu.stop_gpu_run(ctx, run) is True
@@ -140,7 +140,7 @@ def test_train_on_gpu_is_admitted_as_start_is_and_refused_before_any_run_exists(
 
     from lab.config import ConfigError
     from lab.engine.limits import Limits
-    from tests.test_jobs import FakeTrainer
+    from tests.helpers import FakeTrainer
 
     gate = threading.Event()
     store = RunStore(tmp_path / "runs")
@@ -148,10 +148,10 @@ def test_train_on_gpu_is_admitted_as_start_is_and_refused_before_any_run_exists(
     jobs = JobManager(store, max_concurrent=1, train_fn=FakeTrainer(gate=gate), limits=limits)
     owner = "u" * 32
     try:
-        jobs.submit(tiny(steps=5), owner=owner)  # the user's one live run
+        jobs.submit(tiny_config(RESUMABLE, steps=5), owner=owner)  # the user's one live run
         before = sorted(p.name for p in store.root.iterdir())
         with pytest.raises(ConfigError, match="runs per user|Runs per user"):
-            next(gpu.train_on_gpu(AppContext(store, jobs), tiny(steps=5), owner))
+            next(gpu.train_on_gpu(AppContext(store, jobs), tiny_config(RESUMABLE, steps=5), owner))
         assert sorted(p.name for p in store.root.iterdir()) == before
     finally:
         gate.set()

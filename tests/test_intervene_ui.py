@@ -15,7 +15,7 @@ from lab.engine.recorder import record_run
 from lab.interventions import HeadRef, Interventions
 from lab.views.analysis import load_model, parse_probe, sampled_probe
 from lab.views.probing import ablation_report, greedy_answer
-from tests.conftest import app_context
+from tests.helpers import app_context
 from ui.common import errors_as_messages
 from ui.inspect import build_inspect_tab
 from ui.intervene import panel_update

@@ -67,7 +67,7 @@ MISSING_RUN_CASES: list[tuple[str, list[Any]]] = [
 
 @pytest.fixture(scope="module")
 def done_run(client) -> str:
-    from tests.test_app_client import SMALL, poll_until_done
+    from tests.helpers import SMALL, poll_until_done
 
     pick, *_ = client.predict(**SMALL, my_runs=[], owner=U, api_name="/start")
     poll_until_done(client, pick["value"])
@@ -75,7 +75,7 @@ def done_run(client) -> str:
 
 
 def knob_kwargs(api_name: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    from tests.test_app_client import SMALL
+    from tests.helpers import SMALL
 
     extra = {"/start": {"my_runs": [], "owner": U}, "/share_query": {"hide": []}}.get(api_name, {})
     return {**SMALL, **extra, **overrides}
@@ -91,7 +91,7 @@ def refused(client, server, api_name: str, fields: tuple[str, ...], *args: Any, 
     message = str(err.value)
     assert "\n" not in message and len(message) < 400, message
     # a config field by its label, as the knob beside it reads ("d_model", not "model.d_model")
-    from tests.test_app import LABELS
+    from tests.helpers import LABELS
 
     names = [LABELS.get(f, f) for f in fields]  # API-only parameters (owner, hide) by their name
     assert any(message.startswith(n) or f"{n}:" in message for n in names), message
@@ -106,7 +106,7 @@ def refused(client, server, api_name: str, fields: tuple[str, ...], *args: Any, 
                          ids=[f"{a}-{'-'.join(map(str, o))}" for a, o, _ in KNOB_CASES])
 def test_knob_endpoints(client, app_server, api_name, overrides, fields):
     if api_name == "/start" and "owner" not in overrides:  # a refused config is answered in Start's note
-        from tests.test_app import LABELS
+        from tests.helpers import LABELS
 
         before, log_start = app_server.run_folders(), app_server.log_size()
         *_, note = client.predict(**knob_kwargs(api_name, overrides), api_name="/start")
@@ -123,7 +123,7 @@ def test_uploaded_config_files(client, app_server, tmp_path, name, data, fields)
     """A refused config file is answered in the note under the button (ui/share.py), the field by its label."""
     from gradio_client import handle_file
 
-    from tests.test_app import LABELS
+    from tests.helpers import LABELS
 
     path = tmp_path / name
     path.write_bytes(data)
@@ -159,7 +159,7 @@ def test_poll_of_a_missing_run_says_so_and_stops_polling(client):
 
 @pytest.mark.slow  # a launched server
 def test_deleting_a_live_run_is_refused(client, app_server):
-    from tests.test_app_client import SMALL
+    from tests.helpers import SMALL
 
     pick, *_ = client.predict(**{**SMALL, "steps": 100_000}, my_runs=[], owner=U, api_name="/start")
     run_id = pick["value"]
@@ -241,7 +241,7 @@ def test_cli_json_config_error_in_a_real_process(tmp_path):
     import subprocess
     import sys
 
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
     (tmp_path / "bad.json").write_text(json.dumps({"model": {"n_heads": 0}}))
     proc = subprocess.run([sys.executable, "-m", "lab", "train", "--config", str(tmp_path / "bad.json"),

@@ -3,97 +3,24 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
 
-import numpy as np
 import pytest
 import torch
 
-from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.environment import detect
 from lab.engine.jobs import JobManager, JobStatus
 from lab.engine.recorder import record_run
-from lab.records import EvalRecord, SnapshotRecord, StepRecord
 from lab.engine.store import RunStore
+from tests.helpers import WAIT, FakeTrainer, named, tiny_config, wait_for
 
-CFG = RunConfig(
-    model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32),
-    task=TaskConfig(name="copy", max_len=4),
-    train=TrainConfig(steps=20, eval_every=10),
-)
-WAIT = 30.0  # generous: the host is shared and noisy
-
-
-@dataclass(frozen=True)
-class FakeResult:
-    steps_done: int
-    stopped: bool
-    wall_s: float
-    device: str
-    params: int
-    tokens_per_s: float
-    final_train_loss: float
-    final_eval: EvalRecord | None
-    state_dict: dict[str, torch.Tensor]
-
-
-class FakeTrainer:
-    """The trainer's signature: emits records each step, honours should_stop, sleeps a little."""
-
-    def __init__(self, step_s: float = 0.005, fail_on: str | None = None, gate: threading.Event | None = None):
-        self.step_s, self.fail_on, self.gate = step_s, fail_on, gate
-        self.calls: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        self.active = self.peak = 0
-
-    def __call__(self, cfg: RunConfig, on_record: Callable | None = None,
-                 should_stop: Callable[[], bool] | None = None, threads: int | None = None, **_: Any) -> FakeResult:
-        emit = on_record or (lambda r: None)
-        with self.lock:
-            self.calls.append({"name": cfg.name, "threads": threads, "thread": threading.get_ident()})
-            self.active += 1
-            self.peak = max(self.peak, self.active)
-        try:
-            if cfg.name == self.fail_on:
-                raise RuntimeError("boom:\n  bad things")
-            if self.gate is not None:
-                self.gate.wait(WAIT)
-            emit(SnapshotRecord(0, {"dec_self": np.full((1, 2, 3, 3), 1 / 3, np.float32)}))
-            step, stopped, t0 = 0, False, time.perf_counter()
-            while step < cfg.train.steps:
-                if should_stop and should_stop():
-                    stopped = True
-                    break
-                time.sleep(self.step_s)
-                step += 1
-                emit(StepRecord(step, 1.0 / step, 1e-3, 0.5, 8 * step, time.perf_counter() - t0, 100.0))
-            ev = EvalRecord(step, time.perf_counter() - t0, 8 * step, 0.5, 0.9, 0.8, 1.5, 0.4, 0.1)
-            emit(ev)
-            return FakeResult(step, stopped, time.perf_counter() - t0, "cpu", 42, 100.0, 1.0 / max(step, 1), ev,
-                              {"w": torch.arange(6.0).reshape(2, 3)})
-        finally:
-            with self.lock:
-                self.active -= 1
-
-
-def named(name: str, steps: int = 20) -> RunConfig:
-    return replace(CFG, name=name, train=replace(CFG.train, steps=steps))
-
+CFG = tiny_config(steps=20, eval_every=10)
 
 @pytest.fixture()
 def store(tmp_path: Path) -> RunStore:
     s = RunStore(tmp_path / "runs")
     yield s
     s.close()
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = WAIT) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)
 
 
 def test_record_run_records_everything(store):

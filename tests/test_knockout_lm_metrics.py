@@ -23,7 +23,7 @@ from lab.taskshapes import loss_baselines
 from lab.views.analysis import load_model
 from lab.views.probe_plots import importance_frame, importance_sentence, metrics_frame
 from lab.views.probing import ImportanceMap, ablation_report, held_out, importance_map, quoted
-from tests.conftest import trained_run
+from tests.helpers import trained_run
 from ui.intervene_parts import importance_parts
 
 pytestmark = pytest.mark.usefixtures("one_thread")

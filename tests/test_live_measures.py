@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from tests.conftest import app_context, trained_run
+from tests.helpers import app_context, trained_run
 from ui.live import accuracy_of, live_frames, progress_text
 
 BASE = RunConfig(model=ModelConfig(n_layers=1, n_heads=2, d_model=16, d_ff=32, n_ctx=40),

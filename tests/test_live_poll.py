@@ -11,7 +11,7 @@ from lab.config import RunConfig
 from lab.engine.jobs import JobManager
 from lab.engine.store import RunStore
 from lab.records import EvalRecord, StepRecord
-from tests.test_jobs import FakeTrainer
+from tests.helpers import FakeTrainer
 from ui import live
 
 CFG = {"task": {"name": "copy", "max_len": 4}, "model": {"d_model": 16, "n_heads": 2, "n_layers": 1},

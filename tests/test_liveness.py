@@ -19,14 +19,14 @@ import filelock
 import pytest
 
 import lab.engine.liveness as liveness
-from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.liveness import LOCK_DIR, my_token, writer_alive
 from lab.engine.store import RunStore
 from lab.engine.storefs import process_token, temp_tag
+from tests.helpers import tiny_config
+
+CFG = tiny_config(steps=20, eval_every=10)
 
 REPO = Path(__file__).resolve().parents[1]
-CFG = RunConfig(model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32),
-                task=TaskConfig(name="copy", max_len=4), train=TrainConfig(steps=20, eval_every=10))
 DEAD = "w999999-0123456789ab"  # a writer token no process holds
 
 

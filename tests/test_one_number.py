@@ -25,7 +25,7 @@ from lab.teach.lesson_interventions import versus_median
 from lab.teach.lesson_pages import page
 from lab.teach.presets import LN_RUNS, PRESETS
 from lab.views.probing import MATTERS, importance_map, knockout_summary, median_ratio
-from tests.conftest import app_context, trained_run
+from tests.helpers import app_context, trained_run
 from ui.intervene_parts import MapCache, api_call
 from ui.learn import page_view
 from ui.presets import run_result

@@ -15,7 +15,7 @@ import app
 from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
 from lab.teach.presets import PRESETS
-from tests.conftest import launch_app
+from tests.helpers import launch_app
 from ui.common import AppContext
 from ui.presets import newest_runs, run_result
 

@@ -17,15 +17,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from lab.config import ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
+from lab.config import ConfigError
 from lab.engine.jobs import JobManager
 from lab.engine.limits import ENV_NAMES, LimitError, Limits, check_admission, count_params, thin, valid_owner
 from lab.engine.store import RunIdError, RunStore
-from tests.test_jobs import FakeTrainer, named, wait_for
-from tests.conftest import compare_api
+from tests.helpers import FakeTrainer, compare_api, named, tiny_config, wait_for
 
-CFG = RunConfig(model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32), task=TaskConfig(name="copy", max_len=4),
-                train=TrainConfig(steps=20, eval_every=10))
+CFG = tiny_config(steps=20, eval_every=10)
+
 ALICE, BOB = "a" * 32, "b" * 32
 
 
@@ -226,7 +225,7 @@ SLOW_RUN = {"task": "copy", "max_len": 4, "d_model": 16, "n_heads": 2, "n_layers
 
 @pytest.fixture(scope="module")
 def public_app(tmp_path_factory):
-    from tests.conftest import launch_app
+    from tests.helpers import launch_app
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LAB_PUBLIC", "1")

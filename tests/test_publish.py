@@ -11,9 +11,7 @@ are skipped where it is not installed (the README's test command installs requir
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import math
 import os
 import subprocess
 import sys
@@ -22,32 +20,15 @@ from pathlib import Path
 import pytest
 
 from lab.cli import publish as cli_publish
-from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig, flatten
+from lab.config import flatten
 from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
 from lab.engine.publish import finished_run_ids, publish_runs, run_group
 from lab.engine.grid import build_grid
+from tests.helpers import PUBLISHED as BASE, REPO, expected_points, needs_trackio, read_back, sort_key
 
-REPO = Path(__file__).resolve().parents[1]
-needs_trackio = pytest.mark.skipif(importlib.util.find_spec("trackio") is None,
-                                   reason="trackio is not installed (pip install -r requirements-scale.txt)")
-BASE = RunConfig(model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32), task=TaskConfig(name="copy", max_len=4),
-                 train=TrainConfig(steps=120, eval_every=40, snapshots=1))
 CLI = ("import sys; from lab.engine.store import RunStore; from lab.cli.publish import main; "
        "sys.exit(main(sys.argv[1:], RunStore))")
-READ_BACK = """
-import json, sys
-import trackio
-from trackio.sqlite_storage import SQLiteStorage
-project = sys.argv[1]
-out = {}
-for run in trackio.Api().runs(project):
-    logs = SQLiteStorage.get_logs(project, run_id=run.id)
-    out[run.name] = {"config": run.config, "logs": [{k: v for k, v in row.items() if k != "timestamp"} for row in logs]}
-print(json.dumps(out))
-"""
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict:
     """A store with three trained grid runs (rope s0, rope s1, alibi s0) and three bad runs."""
@@ -65,34 +46,12 @@ def runs(tmp_path_factory) -> dict:
     return {"store": store, "good": good, "queued": queued, "damaged": damaged, "failed": failed}
 
 
-def expected_points(store: RunStore, run_id: str) -> list[dict]:
-    """The store's metric records as Trackio rows: step plus '<kind>/<field>' for every value present."""
-    rows = []
-    for rec in store.metrics(run_id).to_dict("records"):
-        row = {f"{rec['kind']}/{k}": v for k, v in rec.items() if k not in ("kind", "step")
-               and v is not None and not (isinstance(v, float) and math.isnan(v))}
-        rows.append({**row, "step": int(rec["step"])})
-    return rows
-
-
-def sort_key(row: dict) -> tuple:
-    return row["step"], "eval/exact_match" in row
-
-
 def run_cli(args: list[str], trackio_dir: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "TRACKIO_DIR": str(trackio_dir)}
     env.pop("LAB_TRACKIO_SPACE", None)
     env.pop("TRACKIO_SPACE_ID", None)
     return subprocess.run([sys.executable, "-c", CLI, *args], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=300)
-
-
-def read_back(project: str, trackio_dir: Path) -> dict:
-    env = {**os.environ, "TRACKIO_DIR": str(trackio_dir)}
-    out = subprocess.run([sys.executable, "-c", READ_BACK, project], cwd=REPO, env=env, capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import pytest
 from lab.engine.limits import Limits
 from lab.engine.store import RunStore
 from lab.engine.publish import PublishReport
-from tests.conftest import app_context, launch_app, trained_run
-from tests.test_publish import BASE, expected_points, needs_trackio, read_back, sort_key
+from tests.helpers import PUBLISHED as BASE, app_context, expected_points, launch_app, needs_trackio, read_back, \
+    sort_key, trained_run
 from ui.publish import publish_available, report_text
 
 pytestmark = needs_trackio

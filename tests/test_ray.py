@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("ray")  # the optional scale-out requirements (requirements-scale.txt)
 
-from tests.conftest import REPO, compare_api, launch_app, plotted  # noqa: E402
+from tests.helpers import REPO, compare_api, launch_app, plotted  # noqa: E402
 from tests.ray_cluster import Cluster, start_cluster  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -10,34 +10,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from lab import checkpoint as ckpt
-from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine import continuation
 from lab.engine.recorder import record_run, record_runs
 from lab.engine.store import RunStore
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
 from lab.trainer import lr_at, train
+from tests.helpers import CLOCK, RESUMABLE, continue_run, metrics_rows, same_run, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")  # torch at one intra-op thread (tests/conftest.py)
-CLOCK = ("elapsed_s", "tokens_per_s")  # wall-clock fields: the only ones allowed to differ
-
-
-def tiny(arch: str = "decoder", dropout: float = 0.1, schedule: str = "cosine", steps: int = 30,
-         seed: int = 3) -> RunConfig:
-    return RunConfig(
-        model=ModelConfig(arch=arch, n_layers=1, n_heads=2, d_model=16, d_ff=32, n_ctx=16, dropout=dropout),
-        task=TaskConfig(name="reverse", max_len=4, n_symbols=5),
-        train=TrainConfig(steps=steps, batch_size=8, warmup=5, schedule=schedule, eval_every=10, eval_samples=16,
-                          snapshots=4, device="cpu", seed=seed, threads=1),
-    )
-
-
 def comparable(records: list) -> list:
     """Records as plain tuples without wall-clock fields (snapshots as their arrays' bytes)."""
     out = []
@@ -95,7 +81,7 @@ def child_records(out: str) -> tuple[list, dict[str, torch.Tensor]]:
 def test_resume_in_a_fresh_process_equals_training_in_one_go(tmp_path):
     """Stopped at a step that is not an eval point (so the stop adds an eval and a snapshot), checkpointed to
     a file, continued by another process: the same weights and records as one uninterrupted run."""
-    cases = {"decoder": tiny("decoder", schedule="cosine"), "encdec": tiny("encoder-decoder", schedule="linear")}
+    cases = {"decoder": tiny_config(RESUMABLE, arch="decoder", schedule="cosine"), "encdec": tiny_config(RESUMABLE, arch="encoder-decoder", schedule="linear")}
     jobs, expected = [], {}
     for name, cfg in cases.items():
         whole: list = []
@@ -123,31 +109,10 @@ def test_resume_in_a_fresh_process_equals_training_in_one_go(tmp_path):
         assert all(torch.equal(weights[k], resumed[k]) for k in weights), name
 
 
-def metrics_rows(store: RunStore, run_id: str) -> list[dict]:
-    return [{k: v for k, v in json.loads(line).items() if k not in CLOCK}
-            for line in (store.path(run_id) / "metrics.jsonl").read_bytes().splitlines()]
-
-
-def same_run(store: RunStore, a: str, b: str) -> None:
-    """Two stored runs hold the same weights, metrics (but the clock) and attention snapshots."""
-    wa, wb = store.load_weights(a), store.load_weights(b)
-    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
-    assert metrics_rows(store, a) == metrics_rows(store, b)
-    assert store.snapshot_steps(a) == store.snapshot_steps(b)
-    for step in store.snapshot_steps(a):
-        sa, sb = store.load_snapshot(a, step), store.load_snapshot(b, step)
-        assert sa.keys() == sb.keys() and all(np.array_equal(sa[k], sb[k]) for k in sa)
-
-
-def continue_run(store: RunStore, run_id: str, steps: int | None = None, stop_at: int | None = None) -> None:
-    continuation.queue(store, continuation.plan(store, run_id, steps))
-    record_run(store, run_id, threads=1, stop_at=stop_at)
-
-
 def test_five_chunks_equal_one_go(tmp_path):
     """Stopped and continued four times (at eval points and between them), through the store: the same run."""
     store = RunStore(tmp_path / "runs")
-    cfg = tiny("decoder", dropout=0.1, steps=40)
+    cfg = tiny_config(RESUMABLE, arch="decoder", dropout=0.1, steps=40)
     whole = store.create(cfg)
     record_run(store, whole, threads=1)
     chunked = store.create(cfg)
@@ -163,7 +128,7 @@ def test_five_chunks_equal_one_go(tmp_path):
 
 def test_a_completed_run_continues_to_a_larger_total_on_the_new_schedule(tmp_path):
     store = RunStore(tmp_path / "runs")
-    cfg = tiny("decoder", dropout=0.0, steps=20)
+    cfg = tiny_config(RESUMABLE, arch="decoder", dropout=0.0, steps=20)
     run_id = store.create(cfg)
     record_run(store, run_id, threads=1)
     continue_run(store, run_id, steps=50)
@@ -186,7 +151,7 @@ def test_a_batched_member_continues_alone(tmp_path):
     """Two seeds trained as one batched model and stopped: each keeps a solo checkpoint; one is continued alone
     and ends close to its solo twin trained in one go (batched training matches solo to round-off only)."""
     store = RunStore(tmp_path / "runs")
-    cfgs = [tiny("decoder", dropout=0.0, steps=40, seed=s) for s in (1, 2)]
+    cfgs = [tiny_config(RESUMABLE, arch="decoder", dropout=0.0, steps=40, seed=s) for s in (1, 2)]
     ids = [store.create(c) for c in cfgs]
     record_runs(store, ids, threads=1, stop_at=15)
     for rid in ids:

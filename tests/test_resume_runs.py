@@ -21,7 +21,7 @@ from lab.engine.jobs import JobManager
 from lab.engine.limits import LimitError, Limits
 from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
-from tests.test_resume import continue_run, metrics_rows, same_run, tiny
+from tests.helpers import RESUMABLE, continue_run, metrics_rows, same_run, tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -57,7 +57,7 @@ def files_of(root: Path) -> dict[str, bytes]:
 
 
 def completed_run(store: RunStore, steps: int = 20) -> str:
-    run_id = store.create(tiny(steps=steps))
+    run_id = store.create(tiny_config(RESUMABLE, steps=steps))
     record_run(store, run_id, threads=1)
     return run_id
 
@@ -65,9 +65,9 @@ def completed_run(store: RunStore, steps: int = 20) -> str:
 def test_refusals_name_the_field_by_its_label_and_write_nothing(tmp_path):
     store = RunStore(tmp_path / "runs")
     done = completed_run(store)
-    bare = store.create(tiny())  # never trained: no checkpoint
+    bare = store.create(tiny_config(RESUMABLE))  # never trained: no checkpoint
     store.set_status(bare, "failed", error="before checkpoints existed")
-    queued = store.create(tiny())  # queued by this (live) process
+    queued = store.create(tiny_config(RESUMABLE))  # queued by this (live) process
     jm = JobManager(store, max_concurrent=1, mode="thread", limits=Limits(max_steps=100))
     before = files_of(store.root)
     cases = [(done, 20, "Steps", "20 is not more than the 20 steps"), (done, 5, "Steps", "not more than"),
@@ -89,7 +89,7 @@ def test_a_queued_continuation_stopped_before_it_starts_leaves_the_run_as_it_was
     done = completed_run(store)
     jm = JobManager(store, max_concurrent=1, mode="thread")
     try:
-        busy = jm.submit(tiny(steps=100_000))  # holds the only slot
+        busy = jm.submit(tiny_config(RESUMABLE, steps=100_000))  # holds the only slot
         while jm.status(busy).state != "running":
             time.sleep(0.01)
         jm.resume(done, 30)
@@ -149,7 +149,7 @@ record_run(store, run_id, threads=1, on_record=slow)
 @pytest.mark.slow
 def test_a_run_killed_mid_training_continues_after_recover(tmp_path):
     store = RunStore(tmp_path / "runs")
-    cfg = tiny(steps=60)
+    cfg = tiny_config(RESUMABLE, steps=60)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-c", KILLED, str(store.root), cfg.to_json()], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, text=True)

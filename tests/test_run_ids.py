@@ -14,14 +14,13 @@ from pathlib import Path
 import pytest
 
 import lab.cli.main as cli
-from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.jobs import JobManager
 from lab.engine.store import RunIdError, RunStore
-from tests.test_jobs import FakeTrainer
+from tests.helpers import FakeTrainer, call_with, run_id_endpoints, tiny_config
 from ui.knobs import KNOBS
 
-CFG = RunConfig(model=ModelConfig(n_layers=1, d_model=16, n_heads=2, d_ff=32), task=TaskConfig(name="copy", max_len=4),
-                train=TrainConfig(steps=20, eval_every=10))
+CFG = tiny_config(steps=20, eval_every=10)
+
 BAD_IDS = ["..", "../outside", "outside/..", "a/b", "/etc/passwd", "/", "./x", "..%2Foutside", "\\..\\outside",
            "x\x00y", ""]
 PATH_TRICKS = [b for b in BAD_IDS if b]  # "" means "no run" to the UI (handled as such, not as a path)
@@ -67,39 +66,11 @@ def test_cli_show_refuses(store, bad, capsys):
 
 
 # ---- every endpoint of the launched app that takes a run id ------------------------------------------
-OTHER_ARGS = {"who": "u" * 32, "owner": "u" * 32, "runs": [], "my_runs": [], "source": "sampled", "text": "",
-              "prompt": "1 2",  # symbols of the runs' task (copy): a refusal then speaks of the run
-              "probe": "", "step": 0, "metric": "train loss", "x": "step", "smoothing": 0.0, "diff_only": True,
-              "grouped": False, "group": False}
-
-
-def run_id_endpoints(client) -> dict[str, list[dict]]:
-    """api name -> its parameters, for every endpoint with a run_id or run_ids parameter."""
-    info = client.view_api(print_info=False, return_format="dict")["named_endpoints"]
-    return {name: e["parameters"] for name, e in info.items()
-            if any(p["parameter_name"] in ("run_id", "run_ids") for p in e["parameters"])}
-
-
-def call_with(client, api_name: str, params: list[dict], bad: str):
-    args = []
-    for p in params:
-        name = p["parameter_name"]
-        if name == "run_id":
-            args.append(bad)
-        elif name == "run_ids":
-            args.append([bad])
-        elif name in OTHER_ARGS:
-            args.append(OTHER_ARGS[name])
-        else:
-            args.append(p.get("parameter_default"))
-    return client.predict(*args, api_name=api_name)
-
-
 @pytest.mark.slow
 def test_every_run_id_endpoint_refuses_path_tricks(client, app_server):
     from gradio_client.exceptions import AppError
 
-    from tests.test_app_client import SMALL, poll_until_done
+    from tests.helpers import SMALL, poll_until_done
 
     pick, *_ = client.predict(**SMALL, my_runs=[], owner="u" * 32, api_name="/start")
     real = pick["value"]
@@ -144,7 +115,7 @@ def test_gradio_serves_no_file_outside_what_the_app_returns(client, app_server):
     import urllib.parse
     import urllib.request
 
-    from tests.conftest import REPO
+    from tests.helpers import REPO
 
     run_id = next(iter(app_server.run_folders() - {".."}), None) or client.predict(
         owner="u" * 32, my_runs=[], task="copy", steps=5, api_name="/start")[0]["value"]
@@ -166,7 +137,7 @@ def test_gradio_serves_no_file_outside_what_the_app_returns(client, app_server):
     assert served == {}, f"files served that the app never returned: {served}"
 
     # what the app does return (a downloaded config) is served: the check above can fail
-    from tests.test_app_client import SMALL
+    from tests.helpers import SMALL
 
     from gradio_client import Client
 

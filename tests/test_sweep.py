@@ -14,7 +14,7 @@ import pytest
 from lab.config import RunConfig
 from lab.engine.environment import detect, ray_address, ray_gpus
 from lab.engine.grid import GridError, build_grid, parse_spec, parse_values, spread
-from tests.test_cli import REPO, TINY, lab
+from tests.helpers import CLI_TINY as TINY, REPO, lab
 
 # `import ray` fails in this interpreter, as where the optional requirements are not installed
 NO_RAY = ("import sys\nclass _NoRay:\n    def find_spec(self, name, path=None, target=None):\n"

@@ -18,7 +18,7 @@ from lab.records import StepRecord
 from lab.trainer import train
 from ui.knobs import BY_KEY, KNOBS, TASK_SHOWN, config_from_values, lengths_for_task, shown_for_task
 from tests.browser import assert_no_errors, choose, chromium, fill, open_page, wait_finished
-from tests.test_cli import REPO, lab_env, one_json
+from tests.helpers import REPO, lab_env, one_json
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # torch at one intra-op thread (tests/conftest.py)
 

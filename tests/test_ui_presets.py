@@ -17,7 +17,7 @@ from lab.engine.grid import build_grid
 from lab.engine.jobs import JobManager
 from lab.teach.presets import PRESETS
 from lab.engine.store import RunStore
-from tests.test_jobs import FakeTrainer
+from tests.helpers import FakeTrainer
 from ui.grid import preview_text
 from ui.knobs import KNOBS, config_from_values
 from ui.presets import compare_note, status

@@ -12,8 +12,7 @@ from typing import Iterator
 import pytest
 
 from tests.browser import assert_no_errors, chromium, fill, open_page
-from tests.conftest import REPO, AppServer, launch_app
-from tests.test_app_client import poll_until_done
+from tests.helpers import REPO, AppServer, launch_app, poll_until_done
 
 sys.path.insert(0, str(REPO / "scripts"))
 from space_rehearsal import StubDeviceAPI, space_env  # noqa: E402
