@@ -4,7 +4,10 @@ Grid: from the Train tab set a tiny config, open the grid, choose PE x norm x 2 
 the count and estimate shown, launch, and see Compare open on the 8 runs, grouped: a band figure and a
 table of 4 groups (2 seeds each) once they finish. Preset: "Hello, sort" at full size opens Compare on
 its run with its curve drawn, and its explanation appears (in Compare and in the Presets tab, also after a
-reload): as the first click on a fresh page (Compare never shown) and again after the grid.
+reload): as the first click on a fresh page (Compare never shown) and again after the grid, on its page.
+
+Each test gets a fresh page; the server is the module's, and a short run trained through its API before
+the first test gives it a measured speed whatever test comes first.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import pytest
 
 from tests.browser import assert_no_errors, choose, chromium, curve_names, fill, open_page, shoot, wait_curves, \
     wait_finished
+from tests.helpers import AppServer, poll_until_done, start
 
 pytestmark = pytest.mark.slow
 WAIT_MS = 150_000  # a shared 2-core host
@@ -23,9 +27,22 @@ GROUPS = ["rope pre-LN (2 seeds)", "rope post-LN (2 seeds)", "alibi pre-LN (2 se
 
 
 @pytest.fixture(scope="module")
-def page(browser_app):
+def trained_app(browser_app) -> AppServer:
+    """The module's server after it has trained one short run (its estimates then speak of measured speed:
+    a run's speed counts once it has trained 1.5 s, lab/engine/estimate.py)."""
+    from gradio_client import Client
+
+    client = Client(browser_app.url, verbose=False)
+    text, _, _ = poll_until_done(client, start(client, steps=600))
+    assert "Completed" in text, text
+    return browser_app
+
+
+@pytest.fixture
+def page(trained_app):
+    """A fresh page of the module's server for each test."""
     with chromium() as browser:
-        yield open_page(browser, browser_app.url, WAIT_MS)
+        yield open_page(browser, trained_app.url, WAIT_MS)
 
 
 def picked(page) -> list[str]:
@@ -59,15 +76,17 @@ def plot_image_drawn(page, sel: str) -> None:
                            "return i && i.complete && i.naturalWidth > 300; }", timeout=WAIT_MS, polling=250)
 
 
-def test_a_preset_as_the_first_click_opens_compare_on_its_curve(page, browser_app):
+def test_a_preset_as_the_first_click_opens_compare_on_its_curve(page, trained_app):
     """Compare not shown yet on this page: its curve plot is first drawn while the preset's steps arrive."""
-    run_hello_sort(page, browser_app)
+    run_hello_sort(page, trained_app)
 
 
-def test_grid_of_8_runs_opens_compare_grouped(page, browser_app):
+def test_grid_of_8_runs_opens_compare_grouped_then_a_preset_on_its_run_alone(page, trained_app):
+    """The grid's 8 runs grouped in Compare; then, on the same page, a preset opens Compare on its run alone."""
     from playwright.sync_api import expect
 
-    page.get_by_role("tab", name="Train").click()  # the preset test before left the Presets tab open
+    browser_app = trained_app
+    page.get_by_role("tab", name="Train").click()
     fill(page, "#steps", "60")  # a tiny config: 60 steps of the default model
     page.locator("#grid").get_by_text("Ablation grid").first.click()
     choose(page, "#grid-axis-1", "PE")
@@ -82,7 +101,7 @@ def test_grid_of_8_runs_opens_compare_grouped(page, browser_app):
     est = re.search(r"About ([\d.]+) (s|min) until all are done \(.*2 at a time", text)
     assert est, text  # the wait for all 8, two jobs at a time, and what the speed comes from
     wall = float(est.group(1)) * (60 if est.group(2) == "min" else 1)
-    assert wall > 0 and "speed measured on this server" in text, text  # the preset test before trained here
+    assert wall > 0 and "speed measured on this server" in text, text  # the fixture's run trained here
 
     t0 = time.monotonic()
     new = click_and_open_compare(page, browser_app, "#grid-launch", 8)
@@ -106,6 +125,8 @@ def test_grid_of_8_runs_opens_compare_grouped(page, browser_app):
     assert_no_errors(page)
     print(f"\ngrid: estimate {wall} s (2 at a time); 8 runs finished {took:.0f} s after launch")
     shoot(page, browser_app.runs_dir.parent / "grid-compare.png", top="#compare-bands", settle_ms=500)
+
+    run_hello_sort(page, browser_app)  # Compare showing the grid's 8 runs: the preset's run replaces them
 
 
 def run_hello_sort(page, browser_app) -> None:
@@ -141,7 +162,3 @@ def run_hello_sort(page, browser_app) -> None:
     expect(page.locator("#preset-status")).to_contain_text("1 of 1 runs done.", timeout=WAIT_MS)
     assert explanation.split(". ", 1)[1][:60] in page.locator("#preset-status").inner_text()
     print(f"\npreset 'Hello, sort': finished and explained {took:.0f} s after the click")
-
-
-def test_a_preset_after_the_grid_opens_compare_on_its_run_alone(page, browser_app):
-    run_hello_sort(page, browser_app)
