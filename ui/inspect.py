@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass, fields
 from typing import Any, Optional
 
 import gradio as gr
 
 from lab.config import ConfigError, flatten
-from lab.views.analysis import MAX_PROBE_CHARS, PROBE_SOURCES, allowed_symbols, attention, load_model, parse_probe, positional_view, sampled_probe
+from lab.views.analysis import (MAX_PROBE_CHARS, PROBE_SOURCES, allowed_symbols, attention, load_model, parse_probe,
+                                positional_view, sampled_probe)
 from lab.views.plots import KIND_TITLES, attention_grid, pca_figure, positional_figure
 from lab.views.run_labels import short_label
-from ui.common import AppContext, errors_as_messages, with_api_params
+from ui.common import AppContext, Outputs, errors_as_messages, kept, with_api_params
 from ui.intervene import build_intervene_panel
 
 KINDS = tuple(KIND_TITLES)  # the attention kinds, in the order their figures stand
@@ -84,15 +86,36 @@ def final_slider(ctx: AppContext, run_id: str) -> gr.Slider:
                      interactive=False, label=f"Training step: final weights (step {final}), used by a typed input")
 
 
-def _figures(patterns: dict, probe) -> list[gr.Plot]:
+@dataclass(frozen=True)
+class Drawn(Outputs):
+    """The API's `/attention`: one figure per attention kind (named as the kind) and the caption."""
+    enc_self: Any = kept()
+    dec_self: Any = kept()
+    cross: Any = kept()
+    caption: Any = kept()
+
+
+@dataclass(frozen=True)
+class Shown(Drawn):
+    """`/attention_view`: what is drawn, the note beside the Typed input box, the step slider, the probe choice."""
+    note: Any = kept()
+    step: Any = kept()
+    source: Any = kept()
+
+
+assert KINDS == tuple(f.name for f in fields(Drawn))[:len(KINDS)]  # a figure's field is its kind
+
+
+def _figures(patterns: dict, probe, caption: str) -> Drawn:
     labels = {"enc_self": (probe.src_labels, probe.src_labels), "dec_self": (probe.dec_labels, probe.dec_labels),
               "cross": (probe.dec_labels, probe.src_labels)}
-    return [gr.Plot(attention_grid(patterns[kind], *labels[kind], KIND_TITLES[kind]), visible=True)
-            if kind in patterns else gr.Plot(visible=False) for kind in KINDS]
+    return Drawn(caption=caption, **{kind: gr.Plot(attention_grid(patterns[kind], *labels[kind], KIND_TITLES[kind]),
+                                                   visible=True) if kind in patterns else gr.Plot(visible=False)
+                                     for kind in KINDS})
 
 
-def _hidden(caption: str) -> list:
-    return [gr.Plot(visible=False)] * len(KINDS) + [caption]
+def _hidden(caption: str) -> Drawn:
+    return Drawn(caption=caption, **{kind: gr.Plot(visible=False) for kind in KINDS})
 
 
 def _final_weights(ctx: AppContext, run_id: str) -> dict:
@@ -102,29 +125,29 @@ def _final_weights(ctx: AppContext, run_id: str) -> dict:
     return ctx.store.load_weights(run_id)
 
 
-def _sampled(ctx: AppContext, run_id: str, cfg, step: Optional[float]) -> tuple[list, Optional[int]]:
+def _sampled(ctx: AppContext, run_id: str, cfg, step: Optional[float]) -> tuple[Drawn, Optional[int]]:
     """(figures and caption, the snapshot step drawn or None) for the sampled probe at the snapshot
     nearest `step` (None: the last one)."""
     steps = ctx.store.snapshot_steps(run_id)
     if not steps:
         return _hidden("No attention snapshots saved for this run yet."), None
     at = steps[-1] if step is None else min(steps, key=lambda s: abs(s - step))
-    figures = _figures(ctx.store.load_snapshot(run_id, at), sampled_probe(cfg))
-    return figures + [f"Sampled probe input at step {at}." + ROWS_NOTE], at
+    return _figures(ctx.store.load_snapshot(run_id, at), sampled_probe(cfg), f"Sampled probe input at step {at}."
+                    + ROWS_NOTE), at
 
 
-def attention_figures(ctx: AppContext, run_id: Optional[str], source: str, text: str, step: float):
+def attention_figures(ctx: AppContext, run_id: Optional[str], source: str, text: str, step: float) -> tuple:
     """The API's `/attention`: one figure (or a hidden plot) per attention kind, and a caption. Refuses
     an input it cannot draw with an error naming the field."""
     if not run_id:
-        return _hidden("Pick a run to see its attention.")
+        return _hidden("Pick a run to see its attention.").values()
     step = checked_inputs(ctx, run_id, source, text, step)
     cfg = ctx.store.config(run_id)
     if source == "sampled":
-        return _sampled(ctx, run_id, cfg, step)[0]
+        return _sampled(ctx, run_id, cfg, step)[0].values()
     weights = _final_weights(ctx, run_id)
     probe = parse_probe(cfg, text)
-    return _figures(attention(load_model(cfg, weights), probe.batch), probe) + [TYPED_CAPTION + ROWS_NOTE]
+    return _figures(attention(load_model(cfg, weights), probe.batch), probe, TYPED_CAPTION + ROWS_NOTE).values()
 
 
 def typed_note(ctx: AppContext, run_id: Optional[str], source: str, text: Any) -> str:
@@ -166,27 +189,33 @@ def attention_view(ctx: AppContext, run_id: Optional[str], source: str, text: st
     A typed input that cannot be drawn keeps the figures shown (after a run change they belong to
     another run: hidden instead) and says why beside the box. Pressing Enter in the box picks the
     typed probe. The slider always says what is shown: the snapshot drawn, or the final weights."""
-    keep = [gr.skip()] * (len(KINDS) + 1)
     if not run_id:
-        return _hidden("Pick a run to see its attention.") + ["", gr.skip(), gr.skip()]
+        return _shown(_hidden("Pick a run to see its attention."), note="")
     step = checked_inputs(ctx, run_id, source, text, step)
     probe_choice = gr.skip()
     if trigger == "text":
         if not (text or "").strip():
-            return keep + [typed_note(ctx, run_id, source, text), gr.skip(), gr.skip()]
+            return list(Shown(note=typed_note(ctx, run_id, source, text)).values())
         source = probe_choice = "typed"
     cfg = ctx.store.config(run_id)
     if source == "sampled":
         drawn, at = _sampled(ctx, run_id, cfg, None if trigger == "run" else step)
-        return drawn + ["", step_slider(ctx, run_id, at), probe_choice]
+        return _shown(drawn, note="", step=step_slider(ctx, run_id, at), source=probe_choice)
     note = typed_note(ctx, run_id, source, text)
-    if note:
-        fresh = trigger == "run"
-        shown = _hidden("Nothing drawn for this run yet: see the note beside Typed input.") if fresh else keep
-        return shown + [note, step_slider(ctx, run_id) if fresh else gr.skip(), probe_choice]
+    if note and trigger == "run":  # the figures shown belong to another run: hidden
+        hidden = _hidden("Nothing drawn for this run yet: see the note beside Typed input.")
+        return _shown(hidden, note=note, step=step_slider(ctx, run_id), source=probe_choice)
+    if note:  # the figures shown stay
+        return list(Shown(note=note, source=probe_choice).values())
     probe = parse_probe(cfg, text)
-    figures = _figures(attention(load_model(cfg, _final_weights(ctx, run_id)), probe.batch), probe)
-    return figures + [TYPED_CAPTION + ROWS_NOTE, "", final_slider(ctx, run_id), probe_choice]
+    drawn = _figures(attention(load_model(cfg, _final_weights(ctx, run_id)), probe.batch), probe,
+                     TYPED_CAPTION + ROWS_NOTE)
+    return _shown(drawn, note="", step=final_slider(ctx, run_id), source=probe_choice)
+
+
+def _shown(drawn: Drawn, **more: Any) -> list:
+    """`/attention_view`'s values: the figures and caption of `drawn` and the outputs in `more`."""
+    return list(Shown(**{f.name: getattr(drawn, f.name) for f in fields(Drawn)}, **more).values())
 
 
 def run_label(ctx: AppContext, run_id: Optional[str]) -> str:
@@ -273,7 +302,8 @@ def build_inspect_tab(ctx: AppContext) -> gr.Tab:
     # and Slider's own checks would refuse a bad value with a message naming no field; checked_inputs
     # names it (raw values of these widgets are what the callbacks expect anyway).
     gr.on([run.change, source.input, text.submit, step.release], view, inputs=att_inputs,
-          outputs=plots + [caption, note, step, source], api_name="attention_view", trigger_mode="always_last",
+          outputs=Shown.wired(**dict(zip(KINDS, plots)), caption=caption, note=note, step=step, source=source),
+          api_name="attention_view", trigger_mode="always_last",
           preprocess=False, show_progress_on=plots + [caption])
     # the note follows the box as it changes (typed or pasted): it goes as soon as the input is fixed
     text.change(with_api_params(errors_as_messages(lambda *a: typed_note(ctx, *a)), ["run_id", "source", "text"]),
@@ -285,7 +315,8 @@ def build_inspect_tab(ctx: AppContext) -> gr.Tab:
     draw = with_api_params(errors_as_messages(lambda *a: attention_figures(ctx, *a)),
                            ["run_id", "source", "text", "step"])
     for name in ("attention_for_run", "attention"):
-        gr.on([], draw, inputs=att_inputs, outputs=plots + [caption], api_name=name, preprocess=False)
+        gr.on([], draw, inputs=att_inputs, outputs=Drawn.wired(**dict(zip(KINDS, plots)), caption=caption),
+              api_name=name, preprocess=False)
     run.change(with_api_params(errors_as_messages(lambda r: run_label(ctx, r)), ["run_id"]), inputs=run,
                outputs=a_label, api_name="run_label", show_progress="hidden")
     for pick, side, pca, fig, side_note in sides:
