@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import torch
 
 from lab.config import RunConfig
-from lab.tasks import Batch, eval_batches, get_task
+from lab.tasks import Batch, draw_length, eval_batches, get_task
 
 _THREADS_LOCK = threading.Lock()
 
@@ -86,7 +86,7 @@ class BatchSource:
         cfg, tc = self.cfg, self.cfg.train
         if self.kind == "cpu":
             return to_device(self.task.batch(cfg.task, cfg.model.arch, tc.batch_size, self.gens[0]), self.device)
-        length = int(torch.randint(cfg.task.min_len, cfg.task.max_len + 1, (1,), generator=self.gens[0]))
+        length = draw_length(cfg.task, self.gens[0])  # on the CPU generator: no sync with the GPU
         return self.task.batch(cfg.task, cfg.model.arch, tc.batch_size, self.gens[1], length)
 
     def state(self) -> tuple[torch.Tensor, ...]:

@@ -34,12 +34,12 @@ from typing import Any, Iterator, Mapping, Optional, Protocol, Sequence
 import pandas as pd
 
 from lab.config import ConfigError, RunConfig, declared_fields, flatten
+from lab.engine.store import FINISHED_STATES
 from lab.records import EvalRecord, StepRecord
 
 SPACE_ENV = "LAB_TRACKIO_SPACE"  # a Hugging Face Space ("user/name") to publish to instead of a local project
 INSTALL_HINT = "pip install -r requirements-scale.txt"
 PUBLISHABLE = ("completed", "stopped", "failed")  # with metrics; "failed" shows its curve up to the failure
-FINISHED = ("completed", "stopped")  # what `--all` publishes
 _PROJECT = re.compile(r"^[A-Za-z0-9_-]{1,100}$")  # Trackio keeps only these characters in its file names
 _RECORD_FIELDS = {"train": [f.name for f in fields(StepRecord) if f.name != "step"],
                   "eval": [f.name for f in fields(EvalRecord) if f.name != "step"]}
@@ -227,7 +227,7 @@ def _plan_one(store: RunSource, rows: Mapping[str, Mapping[str, Any]], run_id: s
 def finished_run_ids(store: RunSource) -> list[str]:
     """Every completed or stopped run in the store, oldest first (what `publish --all` sends)."""
     frame = store.list()
-    return [r for r, s in zip(frame["run_id"], frame["state"]) if s in FINISHED]
+    return [r for r, s in zip(frame["run_id"], frame["state"]) if s in FINISHED_STATES]  # what `--all` publishes
 
 
 # ---- sending to Trackio --------------------------------------------------------------------------
