@@ -33,7 +33,6 @@ from lab.model import Transformer  # noqa: E402
 from lab.recurrent import RecurrentLM, recurrent_params  # noqa: E402
 from results import write_block  # noqa: E402
 
-START, END = "<!-- sequence_length:start -->", "<!-- sequence_length:end -->"
 VOCAB, LAYERS, D = 11, 2, 64
 
 
@@ -102,6 +101,13 @@ def table(rows: list[dict], device: torch.device, threads: int) -> str:
     return "\n".join(lines)
 
 
+def write(text: str, device: torch.device) -> None:
+    """RESULTS.md keeps one block per device type (a CPU run leaves the GPU's figures alone)."""
+    kind = device.type
+    write_block(f"<!-- sequence_length:{kind}:start -->", f"<!-- sequence_length:{kind}:end -->",
+                f"## Sequence length on {kind}: Transformer against LSTM (benchmarks/sequence_length.py)\n\n" + text)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", default="16,32,64,128,256", help="sequence lengths T, comma-separated")
@@ -120,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     text = table(rows, device, args.threads)
     sys.stdout.write(text + "\n")
-    write_block(START, END, "## Sequence length: Transformer against LSTM (benchmarks/sequence_length.py)\n\n" + text)
+    write(text, device)
     return 0
 
 
