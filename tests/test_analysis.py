@@ -12,21 +12,14 @@ import torch
 from lab.params import COMPONENTS, block_params, module_params, param_breakdown, param_formula
 from lab.views.analysis import allowed_symbols, attention, load_model, parse_probe, positional_view, \
     probe_symbols, sampled_probe
-from lab.config import ARCHS, NORMS, POS_ENCODINGS, TASK_NAMES, ConfigError, ModelConfig, RunConfig, TaskConfig
+from lab.config import ARCHS, NORMS, POS_ENCODINGS, TASK_NAMES, ConfigError, ModelConfig
 from lab.model import Block
 from lab.tasks import IGNORE_INDEX, get_task, probe
 from lab.trainer import build_model
+from tests.helpers import tiny_config
 
 D, N_CTX = 16, 40  # reverse with max_len 4: longest sequence 2 * 8 = 16 tokens, so 40 leaves room
-
-
-def tiny(arch="decoder", pos="learned", norm="pre", d_ff=32, n_heads=2, n_layers=2, task="reverse",
-         max_len=4, n_ctx=N_CTX, **task_kw) -> RunConfig:
-    return RunConfig(
-        model=ModelConfig(arch=arch, pos=pos, norm=norm, d_ff=d_ff, d_model=D, n_heads=n_heads,
-                          n_layers=n_layers, n_ctx=n_ctx),
-        task=TaskConfig(name=task, max_len=max_len, **task_kw),
-    )
+ANALYSIS = tiny_config(task="reverse", d_model=D, n_layers=2, n_ctx=N_CTX)
 
 
 # ---- parameter counts ------------------------------------------------------------------
@@ -35,7 +28,7 @@ PRODUCT = list(itertools.product(ARCHS, NORMS, POS_ENCODINGS, (0, 32)))
 
 @pytest.mark.parametrize("arch,norm,pos,d_ff", PRODUCT, ids=["-".join(map(str, p)) for p in PRODUCT])
 def test_param_formula_equals_module_count(arch, norm, pos, d_ff):
-    cfg = tiny(arch=arch, norm=norm, pos=pos, d_ff=d_ff)
+    cfg = tiny_config(ANALYSIS, arch=arch, norm=norm, pos=pos, d_ff=d_ff)
     model = build_model(cfg)
     vocab = get_task("reverse").vocab_size(cfg.task)
     formula = param_formula(cfg.model, vocab)
@@ -50,7 +43,7 @@ def test_param_formula_equals_module_count(arch, norm, pos, d_ff):
 
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_param_breakdown_uses_each_tasks_vocabulary(task):
-    cfg = tiny(task=task, max_len=6, n_ctx=64, min_len=4 if get_task(task).lm else 1)
+    cfg = tiny_config(ANALYSIS, task=task, max_len=6, n_ctx=64, min_len=4 if get_task(task).lm else 1)
     model = build_model(cfg)
     assert model.vocab_size == get_task(task).vocab_size(cfg.task)
     assert param_breakdown(cfg) == module_params(model)
@@ -89,7 +82,8 @@ def test_bert_base_total_from_our_block_count():
 
 @pytest.mark.parametrize("arch,norm", list(itertools.product(ARCHS, NORMS)))
 def test_only_learned_pe_adds_parameters(arch, norm):
-    counts = {pos: module_params(build_model(tiny(arch=arch, norm=norm, pos=pos))) for pos in POS_ENCODINGS}
+    counts = {pos: module_params(build_model(tiny_config(ANALYSIS, arch=arch, norm=norm, pos=pos)))
+              for pos in POS_ENCODINGS}
     base = counts["none"]
     for pos, c in counts.items():
         extra = N_CTX * D if pos == "learned" else 0
@@ -102,7 +96,7 @@ def test_only_learned_pe_adds_parameters(arch, norm):
 # ---- positional views ------------------------------------------------------------------
 @pytest.mark.parametrize("pos", ["sinusoidal", "learned"])
 def test_positional_view_of_absolute_encodings(pos):
-    cfg = tiny(pos=pos)
+    cfg = tiny_config(ANALYSIS, pos=pos)
     n = get_task("reverse").max_seq_len(cfg.task, "decoder")
     v = positional_view(cfg)
     assert v.pos == pos and v.note is None and v.relative is None
@@ -125,7 +119,7 @@ def test_positional_view_of_absolute_encodings(pos):
 
 
 def test_sinusoidal_view_is_the_vaswani_table():
-    v = positional_view(tiny(pos="sinusoidal"))
+    v = positional_view(tiny_config(ANALYSIS, pos="sinusoidal"))
     np.testing.assert_allclose(v.table[0], [0, 1] * (D // 2), atol=1e-7)
     np.testing.assert_allclose(v.table[1, :2], [math.sin(1), math.cos(1)], atol=1e-6)
     # all norms are equal, so cosine similarity between p and p+k depends on k only (Toeplitz)
@@ -136,7 +130,7 @@ def test_sinusoidal_view_is_the_vaswani_table():
 
 
 def test_learned_view_follows_the_weights():
-    cfg = tiny(pos="learned")
+    cfg = tiny_config(ANALYSIS, pos="learned")
     n = 12
     init = load_model(cfg).pos.weight[:n].detach().double().numpy()
     before = positional_view(cfg, n=n)
@@ -158,7 +152,7 @@ def test_learned_view_follows_the_weights():
 
 
 def test_rope_view_is_a_relative_pattern():
-    cfg = tiny(pos="rope", n_heads=4)
+    cfg = tiny_config(ANALYSIS, pos="rope", n_heads=4)
     v = positional_view(cfg, n=10)
     assert v.table is None and v.pca is None and v.explained is None and v.similarity is None
     assert isinstance(v.note, str) and "RoPE" in v.note
@@ -172,7 +166,7 @@ def test_rope_view_is_a_relative_pattern():
 
 
 def test_alibi_view_is_minus_slope_times_distance():
-    cfg = tiny(pos="alibi", n_heads=4)
+    cfg = tiny_config(ANALYSIS, pos="alibi", n_heads=4)
     v = positional_view(cfg, n=9)
     assert v.table is None and v.pca is None and v.similarity is None
     assert isinstance(v.note, str) and "ALiBi" in v.note
@@ -183,7 +177,7 @@ def test_alibi_view_is_minus_slope_times_distance():
 
 
 def test_nope_view_has_only_a_note():
-    v = positional_view(tiny(pos="none"))
+    v = positional_view(tiny_config(ANALYSIS, pos="none"))
     assert (v.table, v.pca, v.explained, v.similarity, v.relative) == (None,) * 5
     assert isinstance(v.note, str) and len(v.note) > 20
 
@@ -195,7 +189,7 @@ def scored(batch) -> list[int]:
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_parse_probe_reverse_targets_are_the_reversed_prompt(arch):
-    cfg = tiny(arch=arch)
+    cfg = tiny_config(ANALYSIS, arch=arch)
     p = parse_probe(cfg, "3 1 2")
     assert scored(p.batch) == [2, 1, 3]
     if arch == "decoder":
@@ -216,7 +210,7 @@ def test_parse_probe_reverse_targets_are_the_reversed_prompt(arch):
                                       (" ".join("1" * 21), "n_ctx")])
 def test_parse_probe_refuses_bad_text(text, why):
     with pytest.raises(ConfigError) as info:
-        parse_probe(tiny(), text)  # decoder, n_ctx 40: 21 symbols make 42 tokens
+        parse_probe(tiny_config(ANALYSIS), text)  # decoder, n_ctx 40: 21 symbols make 42 tokens
     assert info.value.field == "probe"
     assert why in str(info.value)
 
@@ -224,7 +218,7 @@ def test_parse_probe_refuses_bad_text(text, why):
 @pytest.mark.parametrize("task", ["reverse", "addition"])
 def test_probe_symbols_are_exactly_what_a_typed_probe_accepts(task):
     """The Inspect tab's hint lists these symbols: each is accepted, anything else is refused."""
-    cfg = tiny(task=task, max_len=3, n_ctx=64)
+    cfg = tiny_config(ANALYSIS, task=task, max_len=3, n_ctx=64)
     symbols = probe_symbols(cfg)
     task_def = get_task(task)
     assert symbols == {task_def.label(cfg.task, t): t for t in range(task_def.n_symbols(cfg.task))}
@@ -237,14 +231,14 @@ def test_probe_symbols_are_exactly_what_a_typed_probe_accepts(task):
 
 
 def test_parse_probe_longest_accepted_input_fits_n_ctx():
-    p = parse_probe(tiny(), " ".join("1" * 20))  # 20 + 1 + 19 = 40 tokens
+    p = parse_probe(tiny_config(ANALYSIS), " ".join("1" * 20))  # 20 + 1 + 19 = 40 tokens
     assert p.batch.inp.shape == (1, N_CTX)
     with pytest.raises(ConfigError, match="n_ctx"):
-        parse_probe(tiny(arch="encoder-decoder", n_ctx=16), " ".join("1" * 17))
+        parse_probe(tiny_config(ANALYSIS, arch="encoder-decoder", n_ctx=16), " ".join("1" * 17))
 
 
 def test_parse_probe_addition():
-    cfg = tiny(task="addition", max_len=3, n_ctx=64)
+    cfg = tiny_config(ANALYSIS, task="addition", max_len=3, n_ctx=64)
     p = parse_probe(cfg, "12+34")
     assert scored(p.batch) == [6, 4, 0]  # 46, least significant digit first, final carry 0
     assert p.dec_labels[:5] == ["1", "2", "+", "3", "4"]
@@ -256,7 +250,7 @@ def test_parse_probe_addition():
 
 
 def test_sampled_probe_is_deterministic_and_the_runs_probe():
-    for cfg in (tiny(), tiny(arch="encoder-decoder")):
+    for cfg in (tiny_config(ANALYSIS), tiny_config(ANALYSIS, arch="encoder-decoder")):
         a, b = sampled_probe(cfg), sampled_probe(cfg)
         assert torch.equal(a.batch.inp, b.batch.inp) and torch.equal(a.batch.tgt, b.batch.tgt)
         assert a.dec_labels == b.dec_labels and a.src_labels == b.src_labels
@@ -269,7 +263,7 @@ def test_sampled_probe_is_deterministic_and_the_runs_probe():
 @pytest.mark.parametrize("arch,pos", [("decoder", "learned"), ("decoder", "alibi"), ("decoder", "rope"),
                                       ("encoder-decoder", "sinusoidal"), ("encoder-decoder", "alibi")])
 def test_attention_patterns(arch, pos):
-    cfg = tiny(arch=arch, pos=pos, n_heads=2, n_layers=2)
+    cfg = tiny_config(ANALYSIS, arch=arch, pos=pos, n_heads=2, n_layers=2)
     p = parse_probe(cfg, "3 1 2 4")
     pats = attention(load_model(cfg), p.batch)
     kinds = {"dec_self"} if arch == "decoder" else {"enc_self", "dec_self", "cross"}
@@ -289,7 +283,7 @@ def test_attention_patterns(arch, pos):
 
 
 def test_load_model_is_seeded_and_loads_weights():
-    cfg = tiny()
+    cfg = tiny_config(ANALYSIS)
     a, b = load_model(cfg), load_model(cfg)
     assert not a.training
     for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):

@@ -9,27 +9,19 @@ page shows with what the server computes for the same run through the API.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 
 import gradio as gr
 import pytest
 
-from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.store import RunStore
 from lab.views.analysis import positional_view
 from lab.views.plots import pca_figure
 from tests.browser import assert_no_errors, chromium, open_page
-from tests.helpers import app_context, launch_app, trained_run
+from tests.helpers import app_context, launch_app, tiny_config, trained_run
 from ui.inspect import attention_view, build_inspect_tab, positional_panel, run_label, typed_note
 
-TINY = RunConfig(model=ModelConfig(n_layers=1, n_heads=2, d_model=16, d_ff=32, pos="learned"),
-                 task=TaskConfig(name="copy", max_len=4),
-                 train=TrainConfig(steps=20, batch_size=16, warmup=0, eval_every=20, eval_samples=16, snapshots=3))
+TINY = tiny_config(steps=20, batch_size=16, warmup=0, eval_every=20, eval_samples=16, snapshots=3)
 SKIP = {"__type__": "update"}  # gr.skip(): the output is left as it is
-
-
-def tiny(pos: str = "learned", n_heads: int = 2, **task) -> RunConfig:
-    return replace(TINY, model=replace(TINY.model, pos=pos, n_heads=n_heads), task=replace(TINY.task, **task))
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +32,9 @@ def ctx(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def runs(ctx) -> dict[str, str]:
-    return {"learned": trained_run(ctx.store, tiny()), "alibi": trained_run(ctx.store, tiny("alibi", n_heads=4)),
-            "queued": ctx.store.create(tiny())}  # no weights yet
+    return {"learned": trained_run(ctx.store, tiny_config(TINY)),
+            "alibi": trained_run(ctx.store, tiny_config(TINY, pos="alibi", n_heads=4)),
+            "queued": ctx.store.create(tiny_config(TINY))}  # no weights yet
 
 
 def parts(out: list) -> tuple[list, object, str, object, object]:
@@ -127,8 +120,8 @@ def _walk(block):
 
 # ---- in Chromium (slow) ---------------------------------------------------------------------------
 WAIT_MS = 120_000  # a shared 2-core host
-BROWSER_RUNS = {"learned": tiny(), "sinusoidal": tiny("sinusoidal", max_len=12),
-                "alibi": tiny("alibi", n_heads=4)}
+BROWSER_RUNS = {"learned": tiny_config(TINY), "sinusoidal": tiny_config(TINY, pos="sinusoidal", max_len=12),
+                "alibi": tiny_config(TINY, pos="alibi", n_heads=4)}
 IMG_SRC = "(sel) => { const i = document.querySelector(sel + ' img'); return i ? i.src : null; }"
 
 

@@ -23,13 +23,10 @@ from ui.common import AppContext
 from ui.compare_render import Controls, render
 from ui.compare_views import compare_frames, group_frames, run_labels
 from ui.knobs import config_from_values
+from tests.helpers import tiny_config
 
 BASE = config_from_values({"task.name": "copy", "task.max_len": 4, "model.d_model": 16, "model.n_heads": 2,
                            "model.n_layers": 1, "model.d_ff": 32, "train.steps": 12, "train.batch_size": 8})
-
-
-def tiny_steps(cfg: RunConfig, steps: int) -> RunConfig:
-    return replace(cfg, train=replace(cfg.train, steps=steps, eval_every=4, eval_samples=16, snapshots=0))
 
 
 # ---- building a grid ----------------------------------------------------------------------------
@@ -117,7 +114,8 @@ def test_band_is_mean_min_max_over_the_steps_every_run_reached():
 def grid_store(tmp_path_factory):
     """2 PEs x 2 seeds of a tiny model, really trained (about a second each)."""
     store = RunStore(tmp_path_factory.mktemp("grid") / "runs")
-    cfgs = build_grid(tiny_steps(BASE, 12), [("PE", "rope, alibi"), ("seed", "1, 2")])
+    cfgs = build_grid(tiny_config(BASE, steps=12, eval_every=4, eval_samples=16, snapshots=0),
+                      [("PE", "rope, alibi"), ("seed", "1, 2")])
     ids = [store.create(c) for c in cfgs]
     for r in ids:
         record_run(store, r, threads=1)

@@ -13,12 +13,8 @@ from lab.interventions import HeadRef, Interventions, LayerRef, applied, head_me
 from lab.tasks import eval_batches, probe
 from lab.views.analysis import load_model
 from lab.views.probing import ablation_report, greedy_answer, importance_map, logit_lens, metrics
-
-
-def run_cfg(**model) -> RunConfig:
-    m = dict(n_layers=2, n_heads=4, d_model=32, d_ff=64, norm="pre", pos="sinusoidal", n_ctx=40)
-    return RunConfig(model=ModelConfig(**{**m, **model}), task=TaskConfig(name="copy", max_len=6),
-                     train=TrainConfig(steps=10))
+from tests.helpers import tiny_config
+INTERVENE = tiny_config(n_layers=2, n_heads=4, d_model=32, d_ff=64, pos="sinusoidal", n_ctx=40, max_len=6, steps=10)
 
 
 def model_for(cfg: RunConfig, seed: int = 0):
@@ -44,7 +40,7 @@ def batch(cfg):
 
 @pytest.mark.parametrize("norm", ["pre", "post", "none"])
 def test_every_head_knocked_out_leaves_the_attention_output_as_its_bias(norm):
-    cfg = run_cfg(norm=norm)
+    cfg = tiny_config(INTERVENE, norm=norm)
     model, b = model_for(cfg), batch(cfg)
     seen = []
     model.decoder[1].self_attn.register_forward_hook(lambda mod, args, out: seen.append(out[0]))
@@ -60,7 +56,7 @@ def test_every_head_knocked_out_leaves_the_attention_output_as_its_bias(norm):
 @pytest.mark.parametrize("norm", ["pre", "post", "none"])
 @pytest.mark.parametrize("how", ["blocks", "sublayers"])
 def test_skipping_every_sublayer_gives_the_embedding_through_the_final_norm_and_head(norm, how):
-    cfg = run_cfg(norm=norm)
+    cfg = tiny_config(INTERVENE, norm=norm)
     model, b = model_for(cfg), batch(cfg)
     layers = tuple(LayerRef("dec", i) for i in range(cfg.model.n_layers))
     spec = Interventions(skip_block=layers) if how == "blocks" else Interventions(skip_attn=layers, skip_ff=layers)
@@ -71,7 +67,7 @@ def test_skipping_every_sublayer_gives_the_embedding_through_the_final_norm_and_
 
 
 def test_one_head_knocked_out_by_hand_and_mean_ablation_puts_in_the_mean():
-    cfg = run_cfg()
+    cfg = tiny_config(INTERVENE)
     model, b = model_for(cfg), batch(cfg)
     attn, dh = model.decoder[0].self_attn, cfg.model.d_head
     heads_in = []
@@ -96,7 +92,7 @@ def test_one_head_knocked_out_by_hand_and_mean_ablation_puts_in_the_mean():
 
 
 def test_interventions_never_change_the_weights_and_come_off_after_an_error():
-    cfg = run_cfg(pos="rope")
+    cfg = tiny_config(INTERVENE, pos="rope")
     model, b = model_for(cfg), batch(cfg)
     before_hash, before = weights_hash(model), model(b.inp).logits
     spec = Interventions(heads=(HeadRef("dec_self", 0, 1),), skip_ff=(LayerRef("dec", 1),), positional="none")
@@ -113,16 +109,16 @@ def test_interventions_never_change_the_weights_and_come_off_after_an_error():
 
 @pytest.mark.parametrize("pos", ["sinusoidal", "rope", "alibi"])
 def test_removing_the_positional_encoding_equals_a_model_built_without_one(pos):
-    cfg = run_cfg(pos=pos)
+    cfg = tiny_config(INTERVENE, pos=pos)
     model, b = model_for(cfg), batch(cfg)
-    bare = load_model(run_cfg(pos="none"))
+    bare = load_model(tiny_config(INTERVENE, pos="none"))
     bare.load_state_dict(model.state_dict())  # these encodings have no parameters
     with torch.no_grad(), applied(model, Interventions(positional="none")):
         assert torch.allclose(model(b.inp).logits, bare(b.inp).logits, atol=1e-6)
 
 
 def test_shuffled_positions_by_hand():
-    cfg = run_cfg(pos="learned")
+    cfg = tiny_config(INTERVENE, pos="learned")
     model, b = model_for(cfg), batch(cfg)
     seen = []
     model.decoder[0].register_forward_pre_hook(lambda mod, args: seen.append(args[0]))
@@ -138,7 +134,7 @@ def test_shuffled_positions_by_hand():
 def test_shuffle_moves_relative_encodings_with_the_position_ids(pos):
     """Attention scores of a relative encoding depend on the ids' offsets: with identical tokens, the
     shuffled pattern is the intact pattern read at the shuffled ids (causal mask on the real order)."""
-    cfg = run_cfg(pos=pos, n_layers=1)
+    cfg = tiny_config(INTERVENE, pos=pos, n_layers=1)
     model = model_for(cfg)
     T = 9
     x = torch.zeros(1, T, dtype=torch.long)
@@ -160,7 +156,7 @@ def test_shuffle_moves_relative_encodings_with_the_position_ids(pos):
 
 
 def test_bad_heads_and_layers_name_the_field():
-    cfg = run_cfg()
+    cfg = tiny_config(INTERVENE)
     model = model_for(cfg)
     with pytest.raises(ConfigError, match="Heads"):
         parse_heads("1-0")
@@ -175,7 +171,7 @@ def test_bad_heads_and_layers_name_the_field():
 
 
 def test_cross_attention_heads_of_an_encoder_decoder():
-    cfg = run_cfg(arch="encoder-decoder")
+    cfg = tiny_config(INTERVENE, arch="encoder-decoder")
     model, b = model_for(cfg), batch(cfg)
     seen = []
     model.decoder[0].cross_attn.register_forward_hook(lambda mod, args, out: seen.append(out[0]))
@@ -186,7 +182,7 @@ def test_cross_attention_heads_of_an_encoder_decoder():
 
 
 def test_greedy_answer_feeds_its_own_tokens_back_and_the_lens_ends_at_the_output():
-    cfg = run_cfg()
+    cfg = tiny_config(INTERVENE)
     model = model_for(cfg, seed=4)
     b = probe(cfg.task, cfg.model.arch)
     ans = greedy_answer(model, cfg, b)
@@ -207,7 +203,7 @@ def test_greedy_answer_feeds_its_own_tokens_back_and_the_lens_ends_at_the_output
 
 
 def test_importance_map_cells_are_single_head_knockouts():
-    cfg = run_cfg()
+    cfg = tiny_config(INTERVENE)
     model = model_for(cfg, seed=2)
     imp = importance_map(model, cfg, n=32)
     assert imp.loss.shape == (cfg.model.n_layers, cfg.model.n_heads)
@@ -261,7 +257,7 @@ def test_snapshots_keep_the_weights_of_small_models_only(tmp_path, monkeypatch):
 
 
 def test_mean_ablation_report_uses_the_means_over_its_held_out_batches():
-    cfg = run_cfg()
+    cfg = tiny_config(INTERVENE)
     model = model_for(cfg, seed=3)
     spec = Interventions(heads=(HeadRef("dec_self", 1, 2),), mode="mean")
     report = ablation_report(model, cfg, spec, n=32)

@@ -3,27 +3,21 @@ declaration alone. The training loss is (1 - eps) * CE + eps * the mean over the
 scored positions; evaluation stays plain cross-entropy."""
 from __future__ import annotations
 
-from dataclasses import replace
 
 import pytest
 import torch
 
 import lab.cli.main as cli
-from lab.config import ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
+from lab.config import ConfigError, TrainConfig
 from lab.tasks import IGNORE_INDEX, get_task
 from lab.trainer import build_model, train
 from ui.knobs import BY_URL, config_from_values, query_string, values_from_query
+from tests.helpers import tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-CFG = RunConfig(model=ModelConfig(n_layers=1, n_heads=2, d_model=16, d_ff=32, n_ctx=16),
-                task=TaskConfig(name="copy", max_len=4, n_symbols=5),
-                train=TrainConfig(steps=15, batch_size=16, warmup=2, eval_every=15, eval_samples=32, snapshots=0,
-                                  device="cpu"))
-
-
-def smoothed(eps: float) -> RunConfig:
-    return replace(CFG, train=replace(CFG.train, label_smoothing=eps))
+CFG = tiny_config(n_ctx=16, n_symbols=5, steps=15, batch_size=16, warmup=2, eval_every=15, eval_samples=32,
+                  snapshots=0, device="cpu")
 
 
 def test_the_model_loss_is_smoothed_by_hand():
@@ -40,7 +34,8 @@ def test_the_model_loss_is_smoothed_by_hand():
 
 
 def test_training_with_smoothing_differs_reproducibly_and_evaluates_plainly():
-    plain, a, b = train(CFG, threads=1), train(smoothed(0.1), threads=1), train(smoothed(0.1), threads=1)
+    smoothed = tiny_config(CFG, label_smoothing=0.1)
+    plain, a, b = train(CFG, threads=1), train(smoothed, threads=1), train(smoothed, threads=1)
     assert a.final_train_loss == b.final_train_loss  # reproducible from the seed
     assert (a.final_eval.loss, a.final_eval.exact_match) == (b.final_eval.loss, b.final_eval.exact_match)
     assert a.final_train_loss != plain.final_train_loss
@@ -64,7 +59,7 @@ def test_the_declaration_gives_validation_a_flag_a_knob_and_a_share_key():
 def test_batched_seeds_smooth_like_solo_runs():
     from lab.batched import train_batched
 
-    cfgs = [replace(smoothed(0.1), train=replace(smoothed(0.1).train, seed=s)) for s in (0, 1)]
+    cfgs = [tiny_config(CFG, label_smoothing=0.1, seed=s) for s in (0, 1)]
     together = train_batched(cfgs, threads=1)
     for cfg, res in zip(cfgs, together):
         alone = train(cfg, threads=1)

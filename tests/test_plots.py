@@ -16,14 +16,11 @@ from lab.views.analysis import attention, load_model, positional_view, sampled_p
 from lab.config import ModelConfig, RunConfig, TaskConfig
 from lab.views.plots import KIND_TITLES, attention_grid, curves_figure, params_figure, pca_figure, \
     positional_figure, to_png
+from tests.helpers import tiny_config
 
 LAB = Path(__file__).resolve().parents[1] / "lab"
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def tiny(pos="learned", n_heads=2, arch="decoder", n_layers=2) -> RunConfig:
-    return RunConfig(model=ModelConfig(arch=arch, pos=pos, d_model=16, n_heads=n_heads, n_layers=n_layers,
-                                       d_ff=32, n_ctx=40), task=TaskConfig(max_len=4))
+PLOTS = tiny_config(task="reverse", n_layers=2, n_ctx=40)
 
 
 def patterns(n_layers: int, n_heads: int, tq: int, tk: int) -> np.ndarray:
@@ -75,7 +72,7 @@ def test_attention_grid_thins_long_tick_labels():
 
 @pytest.mark.parametrize("arch", ["decoder", "encoder-decoder"])
 def test_attention_grid_from_a_real_model(arch):
-    cfg = tiny(arch=arch)
+    cfg = tiny_config(PLOTS, arch=arch)
     p = sampled_probe(cfg)
     for kind, pat in attention(load_model(cfg), p.batch).items():
         q = p.dec_labels if kind != "enc_self" else p.src_labels
@@ -86,7 +83,7 @@ def test_attention_grid_from_a_real_model(arch):
 
 @pytest.mark.parametrize("pos", ["sinusoidal", "learned"])
 def test_positional_figure_for_tables(pos):
-    view = positional_view(tiny(pos=pos))
+    view = positional_view(tiny_config(PLOTS, pos=pos))
     fig = positional_figure(view, title=pos)
     assert isinstance(fig, Figure)
     assert len(fig.axes) == 4  # PCA scatter, similarity heatmap, and a colorbar for each
@@ -100,7 +97,7 @@ def test_positional_figure_for_tables(pos):
 @pytest.mark.parametrize("with_pca", [True, False])
 @pytest.mark.parametrize("n_heads", [1, 2, 4, 8])
 def test_positional_figure_for_alibi_shows_every_head_and_says_so(n_heads, with_pca):
-    view = positional_view(tiny(pos="alibi", n_heads=n_heads), n=8)
+    view = positional_view(tiny_config(PLOTS, pos="alibi", n_heads=n_heads), n=8)
     fig = positional_figure(view, with_pca=with_pca)  # the app draws it without the PCA: it showed 2 of 4 heads
     heatmaps = images(fig)
     assert len(heatmaps) == n_heads and len(fig.axes) == n_heads + 1  # a panel per head and one colour bar
@@ -115,7 +112,7 @@ def test_positional_figure_for_alibi_shows_every_head_and_says_so(n_heads, with_
 def test_alibi_heads_share_one_colour_scale():
     """One colour bar speaks for every panel, so every panel uses its scale (each head's own scale
     made a gentle slope look as steep as the steepest)."""
-    view = positional_view(tiny(pos="alibi", n_heads=4), n=8)
+    view = positional_view(tiny_config(PLOTS, pos="alibi", n_heads=4), n=8)
     fig = positional_figure(view, with_pca=False)
     limits = {ax.images[0].get_clim() for ax in images(fig)}
     assert limits == {(float(view.relative.min()), float(view.relative.max()))}
@@ -133,7 +130,7 @@ def test_past_sixteen_heads_the_figure_says_how_many_it_shows():
 
 @pytest.mark.parametrize("pos", ["sinusoidal", "learned"])
 def test_pca_figure_draws_every_position_of_this_view(pos):
-    view = positional_view(tiny(pos=pos), n=12)
+    view = positional_view(tiny_config(PLOTS, pos=pos), n=12)
     fig = pca_figure(view, title="A · demo")
     ax = fig.axes[0]
     np.testing.assert_allclose(ax.collections[0].get_offsets(), view.pca)  # one dot per position, in order
@@ -146,11 +143,11 @@ def test_pca_figure_draws_every_position_of_this_view(pos):
 
 def test_pca_figure_refuses_an_encoding_without_position_vectors():
     with pytest.raises(ValueError, match="no position vectors"):
-        pca_figure(positional_view(tiny(pos="rope"), n=6))
+        pca_figure(positional_view(tiny_config(PLOTS, pos="rope"), n=6))
 
 
 def test_positional_figure_for_rope_shows_its_single_pattern():
-    view = positional_view(tiny(pos="rope", n_heads=4), n=8)
+    view = positional_view(tiny_config(PLOTS, pos="rope", n_heads=4), n=8)
     fig = positional_figure(view)
     heatmaps = images(fig)
     assert len(heatmaps) == 1 and len(fig.axes) == 2  # every head shares it: one panel + colorbar
@@ -161,7 +158,7 @@ def test_positional_figure_for_rope_shows_its_single_pattern():
 
 
 def test_positional_figure_for_none_shows_the_note():
-    view = positional_view(tiny(pos="none"))
+    view = positional_view(tiny_config(PLOTS, pos="none"))
     fig = positional_figure(view)
     assert len(fig.axes) == 1 and not fig.axes[0].axison
     text = " ".join(t.get_text() for t in fig.axes[0].texts)
@@ -170,7 +167,8 @@ def test_positional_figure_for_none_shows_the_note():
 
 
 def test_params_figure_stacks_each_runs_components():
-    cfgs = {"learned": tiny(pos="learned"), "rope": tiny(pos="rope"), "enc-dec": tiny(arch="encoder-decoder")}
+    cfgs = {"learned": tiny_config(PLOTS, pos="learned"), "rope": tiny_config(PLOTS, pos="rope"),
+            "enc-dec": tiny_config(PLOTS, arch="encoder-decoder")}
     breakdowns = {name: param_breakdown(cfg) for name, cfg in cfgs.items()}
     fig = params_figure(breakdowns)
     assert isinstance(fig, Figure) and len(fig.axes) == 1

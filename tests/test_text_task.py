@@ -23,17 +23,14 @@ from lab.textdata import (MAX_CHARS, MAX_DISTINCT, MIN_CHARS, builtin_text, char
                           unigram_entropy_nats, vocabulary)
 from ui.knobs import config_from_values, query_string
 from ui.textfile import MAX_BYTES, load_text_file, read_text_file
+from tests.helpers import tiny_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # torch at one intra-op thread (tests/conftest.py)
 
 LABEL = "Your text"
 USER_TEXT = ("Roses are red,\nviolets are blue;\tsugar is sweet, and so are you.\n" * 6)  # 6 lines x 68 chars
-
-
-def text_cfg(text: str = USER_TEXT, **task: object) -> RunConfig:
-    tc = TaskConfig(**{"name": "text", "min_len": 8, "max_len": 16, "text": text, **task})
-    return RunConfig(task=tc, model=ModelConfig(n_layers=1, n_heads=2, d_model=16, d_ff=32, n_ctx=16),
-                     train=TrainConfig(steps=3, batch_size=4, eval_every=3, eval_samples=8, snapshots=1))
+TEXT = tiny_config(task="text", min_len=8, max_len=16, text=USER_TEXT, n_ctx=16, steps=3, batch_size=4, eval_every=3,
+                   eval_samples=8, snapshots=1)
 
 
 def refused_label(exc: ConfigError) -> str:
@@ -127,7 +124,7 @@ def test_start_refuses_a_bad_text_and_stores_nothing(demo, kind):
 
 # ---- a run's text goes through config.json and rebuilds the same task ---------------------------
 def test_user_text_round_trips_through_config_json_and_rebuilds_the_task(tmp_path):
-    cfg = text_cfg()
+    cfg = tiny_config(TEXT)
     back = RunConfig.from_json(cfg.to_json())
     assert back == cfg and back.task.text == USER_TEXT
 
@@ -154,7 +151,7 @@ def test_user_text_round_trips_through_config_json_and_rebuilds_the_task(tmp_pat
 # ---- batches: windows of their own part, every position scored -----------------------------------
 @pytest.mark.parametrize("text", ["", USER_TEXT], ids=["builtin", "user"])
 def test_windows_come_from_their_part_of_the_text(text):
-    cfg = text_cfg(text).task
+    cfg = tiny_config(TEXT, text=text).task
     task, full = get_task("text"), text or builtin_text()
     cut = split_at(full)
     train_part, held_part = full[:cut], full[cut:]
@@ -174,7 +171,7 @@ def test_windows_come_from_their_part_of_the_text(text):
 
 
 def test_labels_and_typed_prompts():
-    cfg, task = text_cfg().task, get_task("text")
+    cfg, task = tiny_config(TEXT).task, get_task("text")
     labels = [task.label(cfg, t) for t in range(task.vocab_size(cfg))]
     assert "␣" in labels and "⏎" in labels and "⇥" in labels and " " not in labels and "\n" not in labels
     assert [char_label(c) for c in " \n\ta"] == ["␣", "⏎", "⇥", "a"]
@@ -183,7 +180,7 @@ def test_labels_and_typed_prompts():
     with pytest.raises(ConfigError) as err:
         task.encode_prompt(cfg, "Roses are Z")
     assert err.value.field == "probe" and "'Z'" in str(err.value)
-    assert get_task("reverse").encode_prompt(text_cfg().task, "1 2") is None  # symbols, split by the caller
+    assert get_task("reverse").encode_prompt(tiny_config(TEXT).task, "1 2") is None  # symbols, split by the caller
 
 
 def test_layout_limits_are_checked():
@@ -192,20 +189,21 @@ def test_layout_limits_are_checked():
             RunConfig(task=TaskConfig(name="text", min_len=8, max_len=16), model=ModelConfig(arch=arch))
         assert err.value.field == "task.name"
     with pytest.raises(ConfigError) as err:
-        text_cfg(min_len=1)
+        tiny_config(TEXT, min_len=1)
     assert err.value.field == "task.min_len"
     held = len(USER_TEXT) - split_at(USER_TEXT)
     with pytest.raises(ConfigError) as err:  # a window must fit in the held-out tenth
-        text_cfg(max_len=held + 1, min_len=2)
+        tiny_config(TEXT, max_len=held + 1, min_len=2)
     assert err.value.field == "task.max_len" and f"{held} characters" in str(err.value)
 
 
 # ---- what the app shows: short forms, the box only for task text, links --------------------------
 def test_configs_are_shown_with_a_short_form_of_the_text():
-    cfg = text_cfg("word " * 20_000)
+    cfg = tiny_config(TEXT, text="word " * 20_000)
     flat = flatten(cfg)["task.text"]
     assert len(flat) < 60 and "100,000 chars" in flat and flat.startswith("word word")
-    assert flatten(text_cfg("word " * 19_999 + "word!"))["task.text"] != flat  # another text, another hash
+    other = tiny_config(TEXT, text="word " * 19_999 + "word!")
+    assert flatten(other)["task.text"] != flat  # another text, another hash
     assert flatten(RunConfig())["task.text"] == ""
 
 
@@ -221,10 +219,10 @@ def test_the_text_box_counts_only_for_task_text():
 def test_share_links_carry_a_short_text_and_refuse_a_long_one():
     from urllib.parse import parse_qs
 
-    query = query_string(text_cfg())
+    query = query_string(tiny_config(TEXT))
     assert parse_qs(query)["text"] == [USER_TEXT]
     with pytest.raises(ConfigError) as err:
-        query_string(text_cfg("word " * 5_000))
+        query_string(tiny_config(TEXT, text="word " * 5_000))
     assert refused_label(err.value) == LABEL and "Download config JSON" in str(err.value)
 
 
@@ -271,7 +269,7 @@ def test_a_config_file_with_a_long_text_loads_within_the_upload_limit(tmp_path):
     from ui.share import MAX_UPLOAD_BYTES, read_config_file
 
     for text in ("word " * (MAX_CHARS // 5), ("é, " * (MAX_CHARS // 3))[:MAX_CHARS]):
-        cfg = text_cfg(text)
+        cfg = tiny_config(TEXT, text=text)
         path = tmp_path / "config.json"
         path.write_text(cfg.to_json(), encoding="utf-8")
         assert path.stat().st_size > MAX_UPLOAD_BYTES
@@ -286,7 +284,7 @@ def test_cli_show_prints_the_text_short(tmp_path, capsys):
     import lab.cli.main as cli
 
     store = RunStore(tmp_path / "runs")
-    run_id = store.create(text_cfg("word " * 20_000))
+    run_id = store.create(tiny_config(TEXT, text="word " * 20_000))
     assert cli.main(["show", run_id, "--runs-dir", str(store.root)]) == 0
     out = capsys.readouterr().out
     assert len(out) < 5_000 and "100,000 chars" in out

@@ -23,21 +23,14 @@ from lab.trainer import (
     snapshot_steps,
     train,
 )
+from tests.helpers import tiny_config
 
 CPU = torch.device("cpu")
+RUN = tiny_config(n_ctx=16, n_symbols=5, steps=20, batch_size=16, lr=3e-3, warmup=5, eval_every=10, eval_samples=32,
+                  snapshots=0, device="cpu", seed=0)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # torch at one intra-op thread (tests/conftest.py)
-
-
-def tiny_run(arch: str = "decoder", task: str = "copy", **train_kw) -> RunConfig:
-    tk = dict(steps=20, batch_size=16, lr=3e-3, warmup=5, eval_every=10, eval_samples=32, snapshots=0,
-              device="cpu", seed=0)
-    return RunConfig(
-        model=ModelConfig(arch=arch, n_layers=1, n_heads=2, d_model=16, d_ff=32, n_ctx=16),
-        task=TaskConfig(name=task, max_len=4, n_symbols=5),
-        train=TrainConfig(**{**tk, **train_kw}),
-    )
 
 
 def run(cfg: RunConfig, should_stop=None) -> tuple[object, list]:
@@ -82,7 +75,7 @@ def test_stop_works_within_a_step(k):
         calls.append(1)
         return len(calls) >= k
 
-    result, records = run(tiny_run(steps=50, eval_every=3, snapshots=4), should_stop)
+    result, records = run(tiny_config(RUN, steps=50, eval_every=3, snapshots=4), should_stop)
     assert result.stopped
     assert result.steps_done == k - 1  # checked before every step: k calls, k - 1 steps
     assert len(calls) == k
@@ -96,7 +89,7 @@ def test_stop_works_within_a_step(k):
         assert result.final_eval is None
     snap_steps = [s.step for s in of(records, SnapshotRecord)]
     assert snap_steps == sorted(set(snap_steps))  # one snapshot per step
-    assert result.state_dict.keys() == build_model(tiny_run()).state_dict().keys()
+    assert result.state_dict.keys() == build_model(tiny_config(RUN)).state_dict().keys()
 
 
 # ---- reproducibility ---------------------------------------------------------------------------
@@ -104,7 +97,7 @@ def test_stop_works_within_a_step(k):
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_runs_are_reproducible_from_the_seed(arch):
-    cfg = tiny_run(arch, steps=15, eval_every=15)
+    cfg = tiny_config(RUN, arch=arch, steps=15, eval_every=15)
     a, ra = run(cfg)
     b, rb = run(cfg)
     c, rc = run(replace(cfg, train=replace(cfg.train, seed=1)))
@@ -120,18 +113,18 @@ def test_runs_are_reproducible_from_the_seed(arch):
 def test_runs_with_dropout_are_reproducible_in_one_process():
     """Dropout masks come from the global generator: a run repeats exactly whatever ran before it in
     the process (a worker process trains job after job)."""
-    cfg = replace(tiny_run(steps=10, eval_every=10), model=replace(tiny_run().model, dropout=0.3))
+    cfg = tiny_config(RUN, steps=10, eval_every=10, dropout=0.3)
     a, ra = run(cfg)
     torch.rand(1000)  # anything else drawing from the global generator between the two runs
     b, rb = run(cfg)
     assert [r.loss for r in of(ra, StepRecord)] == [r.loss for r in of(rb, StepRecord)]
     assert all(torch.equal(a.state_dict[k], b.state_dict[k]) for k in a.state_dict)
-    no_drop, rn = run(tiny_run(steps=10, eval_every=10))
+    no_drop, rn = run(tiny_config(RUN, steps=10, eval_every=10))
     assert [r.loss for r in of(rn, StepRecord)] != [r.loss for r in of(ra, StepRecord)]  # dropout was on
 
 
 def test_build_model_is_seeded_and_leaves_global_rng_alone():
-    cfg = tiny_run()
+    cfg = tiny_config(RUN)
     torch.manual_seed(123)
     before = torch.rand(1)
     torch.manual_seed(123)
@@ -179,7 +172,7 @@ def test_cosine_midpoint_and_no_warmup():
 
 
 def test_trainer_uses_the_schedule():
-    cfg = tiny_run(steps=12, warmup=4, schedule="cosine", min_lr_ratio=0.2, eval_every=12)
+    cfg = tiny_config(RUN, steps=12, warmup=4, schedule="cosine", min_lr_ratio=0.2, eval_every=12)
     _, records = run(cfg)
     steps = of(records, StepRecord)
     assert [r.lr for r in steps] == pytest.approx([lr_at(s, cfg.train) for s in range(12)])
@@ -192,7 +185,7 @@ def test_trainer_uses_the_schedule():
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("pos", ["learned", "rope"])
 def test_weight_decay_applies_to_matrices_only(arch, pos):
-    cfg = tiny_run(arch, weight_decay=0.3)
+    cfg = tiny_config(RUN, arch=arch, weight_decay=0.3)
     cfg = replace(cfg, model=replace(cfg.model, pos=pos, norm="pre"))
     model = build_model(cfg)
     opt = make_optimizer(model, cfg.train)
@@ -230,7 +223,7 @@ def test_snapshot_steps():
 
 @pytest.mark.parametrize("arch", ARCHS)
 def test_records_and_snapshot_shapes(arch):
-    cfg = tiny_run(arch, steps=10, eval_every=4, snapshots=3)
+    cfg = tiny_config(RUN, arch=arch, steps=10, eval_every=4, snapshots=3)
     result, records = run(cfg)
     steps = of(records, StepRecord)
     assert [r.step for r in steps] == list(range(1, 11))  # 1-based, every step at this size
