@@ -7,7 +7,6 @@ Waits are generous and nothing asserts timing except a lenient bound on the poll
 from __future__ import annotations
 
 
-import statistics
 import time
 
 import pytest
@@ -62,7 +61,7 @@ def test_start_poll_then_compare_and_inspect(client, app_server):
     assert [label_id[1] for label_id in run_a["choices"]].count(run_id) == 1
 
 
-def test_poll_answers_fast_while_a_run_trains(client, record_property):
+def test_poll_follows_a_run_that_trains_then_stops(client):
     run_id = start(client, steps=5000)
     deadline = time.monotonic() + WAIT_S
     while True:  # wait until it really trains
@@ -72,11 +71,9 @@ def test_poll_answers_fast_while_a_run_trains(client, record_property):
         assert time.monotonic() < deadline, f"run never started training: {text}"
         time.sleep(0.5)
 
-    busy, rows = [], []
+    rows = []  # how fast a poll answers is a benchmark's figure (benchmarks/classroom_load.py), not a test's
     for _ in range(20):
-        t0 = time.perf_counter()
         text, loss, _, active = poll(client, run_id)
-        busy.append(time.perf_counter() - t0)
         assert active and "Running" in text, f"the run should still be training: {text}"
         rows.append(int(loss["value"].notna().sum()))
         time.sleep(0.5)
@@ -86,23 +83,9 @@ def test_poll_answers_fast_while_a_run_trains(client, record_property):
     text, loss, _ = poll_until_done(client, run_id)
     assert "Stopped" in text, text
     assert loss.dropna(subset=["value"])["step"].max() < 5000
-
-    idle = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        poll(client, run_id)
-        idle.append(time.perf_counter() - t0)
-        time.sleep(0.2)
-
-    figures = {
-        "poll_busy_p50_s": statistics.median(busy), "poll_busy_max_s": max(busy),
-        "poll_idle_p50_s": statistics.median(idle), "poll_idle_max_s": max(idle),
-    }
-    for key, value in figures.items():
-        record_property(key, round(value, 4))
-    print("\npoll latency while training (20 polls): p50 {poll_busy_p50_s:.3f} s, max {poll_busy_max_s:.3f} s; "
-          "idle (10 polls): p50 {poll_idle_p50_s:.3f} s, max {poll_idle_max_s:.3f} s".format(**figures))
-    assert max(busy) < 5.0, f"a poll took {max(busy):.2f} s while a run trained"  # lenient: a noisy host
+    for _ in range(3):  # a stopped run's poll keeps answering, and says so
+        text, _, _, active = poll(client, run_id)
+        assert "Stopped" in text and not active, text
 
 
 def test_two_runs_back_to_back_both_finish_and_overlay_in_compare(client):

@@ -31,8 +31,9 @@ COVERING = """(sel) => { const img = document.querySelector(sel + ' img'), r = i
 ROWS = "(sel) => [...document.querySelectorAll(sel + ' [role=row]')].slice(1).map(r => r.innerText)"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def page(browser_app):
+    """A fresh page for each test: no test depends on what another left on screen."""
     with chromium() as browser:
         yield open_page(browser, browser_app.url, WAIT_MS)
 
@@ -71,7 +72,7 @@ def test_before_a_selection_compare_shows_no_placeholder(page):
     assert_no_errors(page)
 
 
-def test_the_stored_runs_table_follows_runs_to_completed_without_a_click(page, browser_app):
+def test_the_stored_runs_table_follows_runs_to_completed_without_a_click_at_any_width(page, browser_app):
     from playwright.sync_api import expect
 
     page.get_by_role("tab", name="Train").click()
@@ -118,12 +119,13 @@ def test_the_stored_runs_table_follows_runs_to_completed_without_a_click(page, b
     assert "Positional encoding" in config and "Seed" in config and "model." not in config
     assert_no_errors(page)
     shoot(page, browser_app.runs_dir.parent / "compare-wide.png", top="#compare-pick", settle_ms=500)
+    at_a_phone_width_the_band_figure_shows_whole(page, browser_app)
 
 
-def test_compare_at_a_phone_width_shows_the_band_figure_whole(page, browser_app):
-    """The same page at 390x844 (the runs of the test above, still picked): the band figure is not covered
-    by its label or cut at the edge, and the tables name each curve beside a bar in its colour (the curves'
-    legend is one row, cut at this width)."""
+def at_a_phone_width_the_band_figure_shows_whole(page, browser_app) -> None:
+    """The same page at 390x844 (the runs above, still picked): the band figure is not covered by its label
+    or cut at the edge, and the tables name each curve beside a bar in its colour (the curves' legend is one
+    row, cut at this width)."""
     page.set_viewport_size({"width": 390, "height": 844})
     bands = page.locator("#compare-bands img")
     bands.scroll_into_view_if_needed()
@@ -139,4 +141,3 @@ def test_compare_at_a_phone_width_shows_the_band_figure_whole(page, browser_app)
         assert len(set(bars)) == count, (sel, bars)
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     shoot(page, browser_app.runs_dir.parent / "compare-phone.png", top="#compare-bands", settle_ms=500)
-    page.set_viewport_size({"width": 1400, "height": 1000})
