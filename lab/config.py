@@ -26,7 +26,10 @@ SCHEMA_VERSION = 1
 Arch = Literal["decoder", "encoder-decoder"]
 Norm = Literal["pre", "post", "none"]
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
-Activation = Literal["relu", "gelu"]
+Activation = Literal["relu", "gelu", "swiglu", "geglu"]
+Scale = Literal["sqrt", "none"]
+OnOff = Literal["on", "off"]
+NormType = Literal["layernorm", "rmsnorm"]
 TaskName = Literal[TASK_NAMES]  # the registered tasks (lab/taskshapes.py SHAPES), in the registry's order
 Schedule = Literal["cosine", "linear", "constant"]
 Device = Literal["auto", "cpu", "cuda", "mps"]
@@ -35,6 +38,8 @@ ARCHS: tuple[str, ...] = get_args(Arch)
 NORMS: tuple[str, ...] = get_args(Norm)
 POS_ENCODINGS: tuple[str, ...] = get_args(PosEncoding)
 ACTIVATIONS: tuple[str, ...] = get_args(Activation)
+GATED = ("swiglu", "geglu")  # gated feed-forward activations (Shazeer 2020)
+NORM_TYPES: tuple[str, ...] = get_args(NormType)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 DEVICES: tuple[str, ...] = get_args(Device)
 
@@ -125,8 +130,27 @@ class ModelConfig:
                         widget=_dd(16, 32, 48, 64, 96, 128, 192, 256), axis="d_model", column="d_model")
     d_ff: int = knob(256, label="d_ff", help="Width of each feed-forward layer; 0 makes an attention-only model.",
                      lo=0, hi=16384, widget=_number(0))
-    activation: Activation = knob("gelu", label="Activation", help="Non-linearity inside the feed-forward layer.",
-                                  widget=RADIO)
+    activation: Activation = knob("gelu", label="Activation", help="Non-linearity inside the feed-forward layer. "
+                                  "swiglu, geglu: gated, act(x W) * (x V) (Shazeer 2020), with 2/3 of d_ff hidden "
+                                  "units, so the layer keeps about 2 d d_ff weights.", widget=RADIO, axis="activation",
+                                  short="act")
+    head_dim: int = knob(0, label="d_head", help="Width of each head's queries, keys and values; 0 = d_model / "
+                         "Heads (the paper). The output projection maps Heads x d_head back to d_model (the "
+                         "paper's Table 3, row B, varies it alone).", lo=0, hi=1024, widget=_number(0),
+                         advanced=True, axis="d_head")
+    scale: Scale = knob("sqrt", label="Attention scaling", help="sqrt: scores divided by sqrt(d_head) (Vaswani et "
+                        "al. 2017, sec. 3.2.1); none: scaling removed, so the scores' variance grows with d_head and "
+                        "the softmax saturates.", widget=RADIO, advanced=True, axis="scaling")
+    residual: OnOff = knob("on", label="Residual connections", help="on: each sublayer adds to its input, x + f(x) "
+                           "(He et al. 2016; the paper, sec. 3.1); off: x = f(x), which deep stacks struggle to "
+                           "train.", widget=RADIO, advanced=True, axis="residual")
+    norm_type: NormType = knob("layernorm", label="Norm type", help="layernorm: centre and scale, with a gain and a "
+                               "bias (Ba et al. 2016); rmsnorm: scale by the root mean square only, with a gain "
+                               "(Zhang & Sennrich 2019).", widget=RADIO, advanced=True, axis="norm type",
+                               short="norm_type")
+    qk_norm: OnOff = knob("off", label="QK-norm", help="on: each head's queries and keys are normalised (the norm "
+                          "type above) before their dot product, which bounds the attention logits (Dehghani et al. "
+                          "2023).", widget=RADIO, advanced=True, axis="QK-norm", short="qk_norm")
     dropout: float = knob(0.0, label="Dropout", help="Randomly zeroes activations while training; 0 is best for "
                           "toy tasks.", lo=0.0, hi=0.9, widget=_slider(0.0, 0.5, 0.05))
     n_ctx: int = knob(128, label="Context length", help="Longest sequence the model accepts (the size of a learned "
@@ -135,24 +159,33 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         validate(self)
-        if self.d_model % self.n_heads:
+        if self.d_model % self.n_heads and not self.head_dim:
             raise ConfigError(
                 "model.d_model",
                 f"{self.d_model} is not divisible by n_heads={self.n_heads} "
-                f"(allowed: a multiple of {self.n_heads})",
+                f"(allowed: a multiple of {self.n_heads}, or set d_head)",
             )
         if self.pos == "rope" and self.d_head % 2:
             raise ConfigError(
                 "model.pos",
-                f"'rope' needs an even head dimension, but d_model/n_heads = {self.d_head} "
-                "(change d_model or n_heads)",
+                f"'rope' needs an even head dimension, but d_head = {self.d_head} "
+                "(change d_model, n_heads or d_head)",
             )
         if self.pos == "sinusoidal" and self.d_model % 2:
             raise ConfigError("model.d_model", f"{self.d_model} must be even for 'sinusoidal'")
 
     @property
     def d_head(self) -> int:
-        return self.d_model // self.n_heads
+        """Each head's width: `head_dim`, or d_model / n_heads when it is 0 (the paper's d_k = d_v)."""
+        return self.head_dim or self.d_model // self.n_heads
+
+    @property
+    def d_ff_hidden(self) -> int:
+        """The feed-forward layer's hidden units: d_ff, or 2/3 of it (rounded, at least 1) for a gated
+        activation, whose two input matrices then hold about as many weights as one of d_ff (Shazeer 2020)."""
+        if self.activation in GATED and self.d_ff:
+            return max(1, round(2 * self.d_ff / 3))
+        return self.d_ff
 
 
 @dataclass(frozen=True)

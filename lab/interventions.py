@@ -123,6 +123,11 @@ class Interventions:
             for r in refs:
                 if (r.stack == "enc" and model.encoder is None) or not 0 <= r.layer < cfg.n_layers:
                     raise ConfigError(label, f"{r} is not a layer of this model (allowed: 0-{cfg.n_layers - 1})")
+        skips = (("Skip attention", self.skip_attn), ("Skip feed-forward", self.skip_ff), ("Skip block", self.skip_block))
+        for label, refs in skips:
+            if refs and cfg.residual == "off":  # a skip removes a sublayer's update to the residual stream
+                raise ConfigError(label, "this model has no residual connections (Residual connections = off): "
+                                         "a sublayer's output is the stream, so there is no update to remove")
         if self.skip_ff and cfg.d_ff == 0:
             raise ConfigError("Skip feed-forward", "this model has no feed-forward sublayers (d_ff = 0)")
         if self.mode not in MODES:

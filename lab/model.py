@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from lab.config import ModelConfig
+from lab.config import GATED, ModelConfig
 from lab.positional import EMBED_STD, PositionalEncoding, build_positional
 from lab.taskshapes import IGNORE_INDEX
 
@@ -31,18 +31,56 @@ class ModelOutput:
     attention: dict[str, Tensor] = field(default_factory=dict)
 
 
+def make_norm(cfg: ModelConfig, dim: int) -> nn.Module:
+    """The config's norm over the last `dim` features: LayerNorm (Ba et al. 2016) or RMSNorm (Zhang &
+    Sennrich 2019: x / sqrt(mean(x^2) + eps) * g, no centring, no bias), both with eps 1e-5."""
+    return nn.LayerNorm(dim) if cfg.norm_type == "layernorm" else nn.RMSNorm(dim, eps=1e-5)
+
+
 class Attention(nn.Module):
     """Multi-head scaled dot-product attention (Vaswani et al. 2017, sec. 3.2).
 
-    `in_proj` stacks Wq, Wk, Wv by rows, as `torch.nn.MultiheadAttention.in_proj_weight` does.
-    Self-attention takes all three from x; cross-attention takes Q from x and K, V from memory.
+    `in_proj` stacks Wq, Wk, Wv by rows, as `torch.nn.MultiheadAttention.in_proj_weight` does, each
+    d_model -> n_heads * d_head (d_head = d_model / n_heads unless set: Table 3, row B), and `out_proj`
+    maps the heads' n_heads * d_head back to d_model. Self-attention takes all three from x;
+    cross-attention takes Q from x and K, V from memory. Scores are divided by sqrt(d_head) unless the
+    scaling is removed; with QK-norm each head's queries and keys are normalised first (Dehghani et al.
+    2023), before any rotary encoding.
     """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.n_heads, self.d_head, self.p_drop = cfg.n_heads, cfg.d_head, cfg.dropout
-        self.in_proj = nn.Linear(cfg.d_model, 3 * cfg.d_model)
-        self.out_proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.inner = cfg.n_heads * cfg.d_head
+        self.in_proj = nn.Linear(cfg.d_model, 3 * self.inner)
+        self.out_proj = nn.Linear(self.inner, cfg.d_model)
+        self.scale = 1.0 / math.sqrt(self.d_head) if cfg.scale == "sqrt" else 1.0
+        self.sdpa_scale = None if cfg.scale == "sqrt" else 1.0  # None: the kernel's own 1/sqrt(d_head)
+        self.q_norm = make_norm(cfg, self.d_head) if cfg.qk_norm == "on" else None
+        self.k_norm = make_norm(cfg, self.d_head) if cfg.qk_norm == "on" else None
+
+    def heads(self, x: Tensor, memory: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
+        """Each head's queries (from x), keys and values (from memory, else x), QK-normed when it is on:
+        (B, H, T, dh), (B, H, S, dh), (B, H, S, dh)."""
+        B, T, _ = x.shape
+        n = self.inner  # n_heads * d_head
+        if memory is None:
+            q, k, v = self.in_proj(x).split(n, dim=2)  # 3 x (B, T, n)
+        else:
+            w, b = self.in_proj.weight, self.in_proj.bias
+            q = F.linear(x, w[:n], b[:n])  # (B, T, n)
+            k, v = F.linear(memory, w[n:], b[n:]).split(n, dim=2)  # 2 x (B, S, n)
+        S = k.shape[1]
+        q = q.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, dh)
+        k = k.view(B, S, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, S, dh)
+        v = v.view(B, S, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, S, dh)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)  # each head's vectors, over dh
+        return q, k, v
+
+    def logits(self, q: Tensor, k: Tensor) -> Tensor:
+        """The pre-softmax scores q.k^T, divided by sqrt(d_head) unless the scaling is removed: (B, H, T, S)."""
+        return (q @ k.transpose(-2, -1)) * self.scale
 
     def forward(
         self,
@@ -52,17 +90,9 @@ class Attention(nn.Module):
         causal: bool,
         need_weights: bool,
     ) -> tuple[Tensor, Optional[Tensor]]:
-        B, T, d = x.shape
-        if memory is None:
-            q, k, v = self.in_proj(x).split(d, dim=2)  # 3 x (B, T, d)
-        else:
-            w, b = self.in_proj.weight, self.in_proj.bias
-            q = F.linear(x, w[:d], b[:d])  # (B, T, d)
-            k, v = F.linear(memory, w[d:], b[d:]).split(d, dim=2)  # 2 x (B, S, d)
-        S = k.shape[1]
-        q = q.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, T, dh)
-        k = k.view(B, S, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, S, dh)
-        v = v.view(B, S, self.n_heads, self.d_head).transpose(1, 2)  # (B, H, S, dh)
+        B, T, _ = x.shape
+        q, k, v = self.heads(x, memory)
+        S = k.shape[2]
         bias = None
         if pe is not None:  # self-attention only: relative encodings act here
             q, k = pe.rotate(q, k)
@@ -70,7 +100,7 @@ class Attention(nn.Module):
         p_drop = self.p_drop if self.training else 0.0
         pattern = None
         if need_weights:
-            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)  # (B, H, T, S)
+            scores = self.logits(q, k)  # (B, H, T, S)
             if bias is not None:
                 scores = scores + bias
             elif causal:
@@ -82,24 +112,40 @@ class Attention(nn.Module):
             # a 3-D (H, T, S) mask sends CPU SDPA to the slow math kernel; (1, H, T, S) keeps the fused one
             mask = None if bias is None else bias.unsqueeze(0)
             y = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=causal and bias is None
+                q, k, v, attn_mask=mask, dropout_p=p_drop, is_causal=causal and bias is None, scale=self.sdpa_scale
             )  # (B, H, T, dh)
-        y = y.transpose(1, 2).reshape(B, T, d)  # (B, T, d)
+        y = y.transpose(1, 2).reshape(B, T, self.inner)  # (B, T, H dh)
         return self.out_proj(y), pattern
 
 
+ACTS = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu, "geglu": F.gelu}
+
+
 class FeedForward(nn.Module):
-    """Position-wise feed-forward network (Vaswani et al. 2017, sec. 3.3)."""
+    """Position-wise feed-forward network (Vaswani et al. 2017, sec. 3.3): fc2(act(fc1(x))).
+
+    Gated (Shazeer 2020, "GLU Variants Improve Transformer"): fc2(act(x W) * (x V)), SwiGLU with act =
+    SiLU (Swish), GeGLU with act = GELU. `fc1` stacks W and V by rows (gate first), each d_model ->
+    h = cfg.d_ff_hidden (2/3 of d_ff), so the layer's weights stay about 2 d_model d_ff.
+    """
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.fc1 = nn.Linear(cfg.d_model, cfg.d_ff)
-        self.fc2 = nn.Linear(cfg.d_ff, cfg.d_model)
-        self.act = F.gelu if cfg.activation == "gelu" else F.relu
+        h = cfg.d_ff_hidden
+        self.gated = cfg.activation in GATED
+        self.fc1 = nn.Linear(cfg.d_model, 2 * h if self.gated else h)
+        self.fc2 = nn.Linear(h, cfg.d_model)
+        self.act = ACTS[cfg.activation]
         self.p_drop = cfg.dropout
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.fc2(dropout(self.act(self.fc1(x)), self.p_drop, self.training))
+        z = self.fc1(x)  # (B, T, h), or (B, T, 2h) gated
+        if self.gated:
+            gate, value = z.chunk(2, dim=-1)  # 2 x (B, T, h)
+            hidden = self.act(gate) * value
+        else:
+            hidden = self.act(z)
+        return self.fc2(dropout(hidden, self.p_drop, self.training))
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -114,17 +160,20 @@ class Block(nn.Module):
       pre  (Xiong et al. 2020; GPT-2):  x = x + f(LN(x))   and the stack ends with a final LN
       post (Vaswani et al. 2017):       x = LN(x + f(x))   and no final LN
       none:                             x = x + f(x)
+    With residual connections off (He et al. 2016 show what they are for) the sum loses its x: pre
+    x = f(LN(x)), post x = LN(f(x)), none x = f(x). LN is the config's norm type (LayerNorm or RMSNorm).
     `d_ff = 0` drops the feed-forward sublayer (attention-only, as in Olsson et al. 2022).
     """
 
     def __init__(self, cfg: ModelConfig, causal: bool, cross: bool) -> None:
         super().__init__()
         self.norm, self.causal, self.p_drop = cfg.norm, causal, cfg.dropout
+        self.residual = cfg.residual == "on"
         self.self_attn = Attention(cfg)
         self.cross_attn = Attention(cfg) if cross else None
         self.ff = FeedForward(cfg) if cfg.d_ff > 0 else None
         n_sub = 1 + int(cross) + int(cfg.d_ff > 0)
-        make = (lambda: nn.LayerNorm(cfg.d_model)) if cfg.norm != "none" else nn.Identity
+        make = (lambda: make_norm(cfg, cfg.d_model)) if cfg.norm != "none" else nn.Identity
         self.norms = nn.ModuleList([make() for _ in range(n_sub)])
 
     def _in(self, x: Tensor, norm: nn.Module) -> Tensor:
@@ -133,7 +182,8 @@ class Block(nn.Module):
 
     def _out(self, x: Tensor, y: Tensor, norm: nn.Module) -> Tensor:
         """The residual stream after a sublayer's output y: the sum, normalised after with post-LN."""
-        out = x + dropout(y, self.p_drop, self.training)
+        y = dropout(y, self.p_drop, self.training)
+        out = x + y if self.residual else y
         return norm(out) if self.norm == "post" else out
 
     def forward(
@@ -170,7 +220,7 @@ class Transformer(nn.Module):
         enc_dec = cfg.arch == "encoder-decoder"
         self.encoder = nn.ModuleList([Block(cfg, causal=False, cross=False) for _ in range(cfg.n_layers)]) if enc_dec else None
         self.decoder = nn.ModuleList([Block(cfg, causal=True, cross=enc_dec) for _ in range(cfg.n_layers)])
-        final = (lambda: nn.LayerNorm(cfg.d_model)) if cfg.norm == "pre" else nn.Identity
+        final = (lambda: make_norm(cfg, cfg.d_model)) if cfg.norm == "pre" else nn.Identity
         self.enc_norm = final() if enc_dec else None
         self.dec_norm = final()
         self.head = nn.Linear(cfg.d_model, vocab_size, bias=False)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lab.config import ModelConfig, RunConfig
+from lab.config import GATED, ModelConfig, RunConfig
 from lab.tasks import get_task
 
 if TYPE_CHECKING:
@@ -19,16 +19,30 @@ if TYPE_CHECKING:
 COMPONENTS = ("embeddings", "positional", "attention", "mlp", "norms", "head")
 
 
-def block_params(d: int, d_ff: int, norm: str, cross: bool = False) -> dict[str, int]:
+def norm_params(dim: int, norm_type: str = "layernorm") -> int:
+    """One norm over `dim` features: LayerNorm's gain and bias (2 dim), RMSNorm's gain (dim)."""
+    return 2 * dim if norm_type == "layernorm" else dim
+
+
+def block_params(d: int, d_ff: int, norm: str, cross: bool = False, *, inner: int = 0, gated: bool = False,
+                 norm_type: str = "layernorm", qk_norm: bool = False, d_head: int = 0) -> dict[str, int]:
     """Closed form for one block: attention 4d^2 + 4d per attention (Wq, Wk, Wv, Wo and biases),
     MLP 2 d d_ff + d_ff + d, and 2d per LayerNorm, one per sublayer. With d_ff = 4d and post-LN this
-    is BERT's 12 d^2 + 13 d per layer (Devlin et al. 2019)."""
+    is BERT's 12 d^2 + 13 d per layer (Devlin et al. 2019).
+
+    The recipe's options: heads of width d_head make `inner` = n_heads * d_head (Wq, Wk, Wv: d x inner
+    with biases, Wo: inner x d with a bias: 4 d inner + 3 inner + d); a gated feed-forward layer of
+    `d_ff` hidden units has two input matrices (3 d d_ff + 2 d_ff + d); RMSNorm has a gain only (d);
+    QK-norm adds two norms of d_head per attention."""
+    n = inner or d
     n_attn = 1 + int(cross)
     n_sub = n_attn + int(d_ff > 0)
+    qk = 2 * norm_params(d_head, norm_type) if qk_norm else 0
+    mlp = (3 * d * d_ff + 2 * d_ff + d) if gated else (2 * d * d_ff + d_ff + d)
     return {
-        "attention": n_attn * (4 * d * d + 4 * d),
-        "mlp": (2 * d * d_ff + d_ff + d) if d_ff > 0 else 0,
-        "norms": n_sub * 2 * d if norm != "none" else 0,
+        "attention": n_attn * (4 * d * n + 3 * n + d + qk),
+        "mlp": mlp if d_ff > 0 else 0,
+        "norms": n_sub * norm_params(d, norm_type) if norm != "none" else 0,
     }
 
 
@@ -40,12 +54,14 @@ def param_formula(mc: ModelConfig, vocab: int) -> dict[str, int]:
     out["embeddings"] = vocab * d
     out["positional"] = mc.n_ctx * d if mc.pos == "learned" else 0
     out["head"] = d * vocab
+    options = {"inner": mc.n_heads * mc.d_head, "gated": mc.activation in GATED, "norm_type": mc.norm_type,
+               "qk_norm": mc.qk_norm == "on", "d_head": mc.d_head}
     stacks = [(L, True)] + ([(L, False)] if enc_dec else [])  # (blocks, is decoder)
     for n_blocks, is_dec in stacks:
-        for key, n in block_params(d, mc.d_ff, mc.norm, cross=is_dec and enc_dec).items():
+        for key, n in block_params(d, mc.d_ff_hidden, mc.norm, cross=is_dec and enc_dec, **options).items():
             out[key] += n_blocks * n
         if mc.norm == "pre":
-            out["norms"] += 2 * d  # the stack's final LayerNorm
+            out["norms"] += norm_params(d, mc.norm_type)  # the stack's final norm
     return out
 
 

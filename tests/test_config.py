@@ -226,7 +226,8 @@ def _every_field_changed() -> RunConfig:
     return RunConfig(
         model=ModelConfig(
             arch="encoder-decoder", n_layers=3, n_heads=2, d_model=48, d_ff=96, dropout=0.1,
-            activation="relu", norm="post", pos="sinusoidal", n_ctx=200,
+            activation="swiglu", norm="post", pos="sinusoidal", n_ctx=200, head_dim=12, scale="none",
+            residual="off", norm_type="rmsnorm", qk_norm="on",
         ),
         task=TaskConfig(
             name="sort", min_len=2, max_len=10, ood_len=15, n_symbols=5, modulus=13, train_fraction=0.5,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from lab.config import RunConfig
+from lab.config import GATED, RunConfig
 from lab.taskshapes import task_shape
 
 # ---- constants: seconds on one idle core of the dev machine, 1 intra-op thread --------------------------
@@ -79,10 +79,12 @@ def flops_per_token(cfg: RunConfig, seq_len: int) -> float:
     m = cfg.model
     vocab = task_shape(cfg.task.name).vocab_size(cfg.task)
     cross = m.arch == "encoder-decoder"
-    per_block = 4 * m.d_model ** 2 + 2 * m.d_model * m.d_ff
-    n_matmul = m.n_layers * per_block * (2 if cross else 1) + (m.n_layers * 4 * m.d_model ** 2 if cross else 0)
+    attn = 4 * m.d_model * m.n_heads * m.d_head  # Wq, Wk, Wv, Wo (d_model x n_heads d_head each)
+    ff = (3 if m.activation in GATED else 2) * m.d_model * m.d_ff_hidden
+    per_block = attn + ff
+    n_matmul = m.n_layers * per_block * (2 if cross else 1) + (m.n_layers * attn if cross else 0)
     n_matmul += m.d_model * vocab
-    return 6.0 * n_matmul + 12.0 * m.n_layers * m.d_model * seq_len * (2 if cross else 1)
+    return 6.0 * n_matmul + 12.0 * m.n_layers * m.n_heads * m.d_head * seq_len * (2 if cross else 1)
 
 
 def _pass(cfg: RunConfig, rows: int, length: int, per: tuple[float, float, float]) -> float:

@@ -150,15 +150,17 @@ def first_layer_attention(subject: Subject, probe: ProbeInput) -> AttentionParts
     attn = model.decoder[0].self_attn
     with torch.no_grad(), captured({"in": attn.in_proj}) as seen:
         model(b.inp, b.src)
-    h, qkv = seen["in"]  # (1, T, d), (1, T, 3d)
-    T, d, H = h.shape[1], h.shape[2], attn.n_heads
-    q, k, v = (t.view(1, T, H, attn.d_head).transpose(1, 2) for t in qkv.split(d, dim=2))  # (1, H, T, dk)
+    h, qkv = seen["in"]  # (1, T, d), (1, T, 3 H dk)
+    T, H = h.shape[1], attn.n_heads
+    q, k, v = (t.view(1, T, H, attn.d_head).transpose(1, 2) for t in qkv.split(attn.inner, dim=2))  # (1, H, T, dk)
+    if attn.q_norm is not None:  # QK-norm: as the model does, before any rotation
+        q, k = attn.q_norm(q), attn.k_norm(k)
     q, k = model.pos.rotate(q, k)
     raw = q @ k.transpose(-2, -1)  # (1, H, T, T)
     bias = model.pos.attn_bias(T, T, False, h.device)  # (H, T, T) or None
     bias = 0.0 if bias is None else bias
     future = torch.ones(T, T, dtype=torch.bool).triu(1)
-    scores = raw / math.sqrt(attn.d_head) + bias
+    scores = raw * attn.scale + bias  # the model's own scaling (1/sqrt(dk), or none when it is removed)
     pattern = scores.masked_fill(future, float("-inf")).softmax(-1)
     unscaled = (raw + bias).masked_fill(future, float("-inf")).softmax(-1)
     # what the paper's argument assumes (unit-variance entries): an untrained model's q and k are tiny,
@@ -260,14 +262,17 @@ def _layer_grads(model: Transformer, b: Batch) -> tuple[np.ndarray, np.ndarray]:
 @torch.no_grad()
 def ff_units(subject: Subject, probe: ProbeInput) -> Optional[tuple[np.ndarray, np.ndarray]]:
     """(inputs W1 x + b1, outputs phi(.)) of the first decoder layer's hidden units, each (T, d_ff);
-    None for attention-only models (d_ff = 0)."""
+    gated: (the gate x W + b, act(gate) * (x V + c)), each (T, hidden); None for attention-only models."""
     model, b = subject.model(), probe.batch
     ff = model.decoder[0].ff
     if ff is None:
         return None
     with captured({"fc1": ff.fc1}) as seen:
         model(b.inp, b.src)
-    z = seen["fc1"][1][0]  # (T, d_ff)
+    z = seen["fc1"][1][0]  # (T, d_ff), or (T, 2 hidden) gated
+    if ff.gated:
+        gate, value = z.chunk(2, dim=-1)  # 2 x (T, hidden)
+        return gate.double().numpy(), (ff.act(gate) * value).double().numpy()
     return z.double().numpy(), ff.act(z).double().numpy()
 
 
