@@ -23,7 +23,7 @@ from lab.textdata import ALLOWED as TEXT_ALLOWED, SPLIT as TEXT_SPLIT, check_tex
 SCHEMA_VERSION = 1
 
 # One closed set of values per ablation axis. UI dropdowns read these tuples (TASK_NAMES: lab/taskshapes.py).
-Arch = Literal["decoder", "encoder-decoder"]
+Arch = Literal["decoder", "encoder-decoder", "lstm", "gru"]
 Norm = Literal["pre", "post", "none"]
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
 Activation = Literal["relu", "gelu", "swiglu", "geglu"]
@@ -35,6 +35,10 @@ Schedule = Literal["cosine", "linear", "constant"]
 Device = Literal["auto", "cpu", "cuda", "mps"]
 
 ARCHS: tuple[str, ...] = get_args(Arch)
+RECURRENT = ("lstm", "gru")  # recurrent baselines (lab/recurrent.py): no attention, no positions, no norms
+# weight blocks per recurrent layer: LSTM input, forget, cell, output gates; GRU reset, update, new
+GATES = {"lstm": 4, "gru": 3}
+TRANSFORMERS = tuple(a for a in ARCHS if a not in RECURRENT)  # the architectures with attention
 NORMS: tuple[str, ...] = get_args(Norm)
 POS_ENCODINGS: tuple[str, ...] = get_args(PosEncoding)
 ACTIVATIONS: tuple[str, ...] = get_args(Activation)
@@ -113,7 +117,9 @@ class ModelConfig:
 
     SECTION: ClassVar[str] = "model"
     arch: Arch = knob("decoder", label="Architecture", help="decoder: one causal stack reads prompt|answer (GPT). "
-                      "encoder-decoder: the original paper, with cross-attention from decoder to encoder.",
+                      "encoder-decoder: the original paper, with cross-attention from decoder to encoder. lstm, "
+                      "gru: the recurrent baselines the paper replaced, reading prompt|answer one token at a time "
+                      "(d_model wide, Layers deep; the attention, position and norm knobs do not apply).",
                       widget=RADIO, column="arch", filter=True)
     pos: PosEncoding = knob("learned", label="Positional encoding", help="How the model knows token order: added "
                             "vectors (sinusoidal, learned), rotated queries/keys (RoPE), a distance penalty on "
@@ -159,6 +165,8 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         validate(self)
+        if self.arch in RECURRENT:  # no heads, positions or norms: their rules do not apply
+            return
         if self.d_model % self.n_heads and not self.head_dim:
             raise ConfigError(
                 "model.d_model",

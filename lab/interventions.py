@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from lab.fields import ConfigError
 from lab.model import Block, Transformer
+from lab.recurrent import RecurrentLM
 
 Kind = Literal["enc_self", "dec_self", "cross"]
 KIND_PREFIX = {"dec_self": "", "enc_self": "enc.", "cross": "cross."}
@@ -109,9 +110,12 @@ class Interventions:
             layers += [r.layer for r in self.skip_attn if r.stack == stack]
         return out | {(layer, head) for layer in layers for head in range(n_heads)}
 
-    def check(self, model: Transformer) -> None:
+    def check(self, model: Transformer | RecurrentLM) -> None:
         """ConfigError naming the field when a head or layer does not exist in `model`."""
         cfg = model.cfg
+        if isinstance(model, RecurrentLM):
+            self._check_recurrent(model)
+            return
         kinds = {"dec_self"} | ({"enc_self", "cross"} if model.encoder is not None else set())
         for h in self.heads:
             if h.kind not in kinds or not (0 <= h.layer < cfg.n_layers and 0 <= h.head < cfg.n_heads):
@@ -134,6 +138,22 @@ class Interventions:
             raise ConfigError("Knockout", f"{self.mode!r} is not one of {', '.join(MODES)}")
         if self.positional not in POSITIONAL:
             raise ConfigError("Positional encoding", f"{self.positional!r} is not one of {', '.join(POSITIONAL)}")
+
+
+    def _check_recurrent(self, model: RecurrentLM) -> None:
+        """A recurrent model has layers to skip, and no heads, sublayers or positional encoding."""
+        what = f"an {model.cell.upper()} run" if model.cell == "lstm" else f"a {model.cell.upper()} run"
+        if self.heads:
+            raise ConfigError("Heads", f"{what} has no attention heads (it reads one token at a time)")
+        if self.skip_attn or self.skip_ff:
+            raise ConfigError("Skip attention" if self.skip_attn else "Skip feed-forward",
+                              f"{what} has no sublayers: skip a whole layer (Skip block) instead")
+        if self.positional != "intact":
+            raise ConfigError("Positional encoding", f"{what} has no positional encoding: the recurrence itself "
+                                                     "orders the tokens")
+        for r in self.skip_block:
+            if r.stack == "enc" or not 0 <= r.layer < len(model.layers):
+                raise ConfigError("Skip block", f"{r} is not a layer of this model (allowed: 0-{len(model.layers) - 1})")
 
 
 def parse_heads(text: str) -> tuple[HeadRef, ...]:
@@ -227,6 +247,13 @@ def applied(model: Transformer, spec: Interventions,
     spec.check(model)
     if spec.mode == "mean" and spec.heads and means is None:
         raise ValueError("mean ablation needs `means` (head_means over a held-out set)")
+    if isinstance(model, RecurrentLM):  # a skipped layer passes its input through (lab/recurrent.py)
+        model.skipped = frozenset(r.layer for r in spec.skip_block)
+        try:
+            yield model
+        finally:
+            model.skipped = frozenset()
+        return
     handles: list = []
     patched: list[str] = []
     post = model.cfg.norm == "post"

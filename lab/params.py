@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lab.config import GATED, ModelConfig, RunConfig
+from lab.config import GATED, RECURRENT, ModelConfig, RunConfig
+from lab.recurrent import recurrent_params
 from lab.tasks import get_task
 
 if TYPE_CHECKING:
     import torch
 
-COMPONENTS = ("embeddings", "positional", "attention", "mlp", "norms", "head")
+COMPONENTS = ("embeddings", "positional", "attention", "mlp", "norms", "head", "recurrent")
 
 
 def norm_params(dim: int, norm_type: str = "layernorm") -> int:
@@ -49,6 +50,8 @@ def block_params(d: int, d_ff: int, norm: str, cross: bool = False, *, inner: in
 def param_formula(mc: ModelConfig, vocab: int) -> dict[str, int]:
     """Parameter count per component from the config alone (no module is built)."""
     d, L = mc.d_model, mc.n_layers
+    if mc.arch in RECURRENT:  # embedding, L recurrent layers, head (lab/recurrent.py)
+        return {**dict.fromkeys(COMPONENTS, 0), **recurrent_params(mc.arch, d, L, vocab)}
     enc_dec = mc.arch == "encoder-decoder"
     out = dict.fromkeys(COMPONENTS, 0)
     out["embeddings"] = vocab * d
@@ -73,6 +76,8 @@ def module_params(model: torch.nn.Module) -> dict[str, int]:
             key = "embeddings"
         elif name.startswith("pos."):
             key = "positional"
+        elif name.startswith("layers."):  # a recurrent model's layers
+            key = "recurrent"
         elif name.startswith("head."):
             key = "head"
         elif ".self_attn." in name or ".cross_attn." in name:

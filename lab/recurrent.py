@@ -22,13 +22,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from lab.config import ModelConfig
+from lab.config import GATES, ModelConfig
 from lab.model import ModelOutput, dropout
 from lab.positional import EMBED_STD
 from lab.taskshapes import IGNORE_INDEX
 
 CELLS: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
-GATES = {"lstm": 4, "gru": 3}  # weight blocks per layer: LSTM input, forget, cell, output; GRU reset, update, new
 
 
 def layer_params(cell: str, d: int) -> int:

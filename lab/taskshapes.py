@@ -196,8 +196,9 @@ class Induction(TaskShape):
     default_lengths = (8, 16)  # the fields' 1-8 is too short: a repeat needs room (min_len >= 4)
 
     def check(self, cfg, arch):
-        if arch != "decoder":
-            raise ConfigError("task.name", "'induction' is a language-model task: it needs model.arch 'decoder'")
+        if arch == "encoder-decoder":
+            raise ConfigError("task.name", "'induction' is a language-model task: it needs one sequence "
+                              "(model.arch 'decoder', 'lstm' or 'gru')")
         if cfg.min_len < 4:
             raise ConfigError("task.min_len", f"{cfg.min_len} is too short for 'induction' (allowed: >= 4)")
 
@@ -256,8 +257,9 @@ class Text(TaskShape):
         return textdata.training_unigram_entropy(textdata.text_of(cfg.text))
 
     def check(self, cfg, arch):
-        if arch != "decoder":
-            raise ConfigError("task.name", "'text' is a language-model task: it needs model.arch 'decoder'")
+        if arch == "encoder-decoder":
+            raise ConfigError("task.name", "'text' is a language-model task: it needs one sequence "
+                              "(model.arch 'decoder', 'lstm' or 'gru')")
         if cfg.min_len < 2:
             raise ConfigError("task.min_len", f"{cfg.min_len} is too short for 'text' (allowed: >= 2: a "
                               "character and the next one)")

@@ -28,12 +28,13 @@ import torch
 from torch import Tensor
 
 from lab.checkpoint import Checkpoint, RunState, capture, restore
-from lab.config import RunConfig, TrainConfig
+from lab.config import RECURRENT, RunConfig, TrainConfig
 from lab.device import autocast, batch_source, resolve_device, set_threads
 from lab.evaluation import Evaluator, evaluate  # noqa: F401 (evaluate: its callers import it from here)
 from lab.model import Transformer
 from lab.optim import clip_grad_norm, make_optimizer  # noqa: F401 (make_optimizer: imported from here too)
 from lab.records import EvalRecord, Record, SnapshotRecord, StepRecord
+from lab.recurrent import RecurrentLM
 from lab.tasks import Batch, get_task, probe
 
 _INIT_LOCK = threading.Lock()  # model init uses the global RNG: one thread at a time
@@ -54,12 +55,13 @@ class TrainResult:
     state_dict: dict[str, Tensor]  # final weights, on the CPU
 
 
-def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Transformer:
-    """A freshly initialised model for this config, seeded from `train.seed`."""
+def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Transformer | RecurrentLM:
+    """A freshly initialised model for this config, seeded from `train.seed`: a Transformer, or a recurrent
+    baseline (lab/recurrent.py) for arch lstm / gru."""
     vocab = get_task(cfg.task.name).vocab_size(cfg.task)
     with _INIT_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
-        model = Transformer(cfg.model, vocab)
+        model = RecurrentLM(cfg.model, vocab) if cfg.model.arch in RECURRENT else Transformer(cfg.model, vocab)
     return model.to(device)
 
 

@@ -12,7 +12,7 @@ import torch
 from lab.params import COMPONENTS, block_params, module_params, param_breakdown, param_formula
 from lab.views.analysis import allowed_symbols, attention, load_model, parse_probe, positional_view, \
     probe_symbols, sampled_probe
-from lab.config import ARCHS, NORMS, POS_ENCODINGS, TASK_NAMES, ConfigError, ModelConfig
+from lab.config import ARCHS, TRANSFORMERS, NORMS, POS_ENCODINGS, RECURRENT, TASK_NAMES, ConfigError, ModelConfig
 from lab.model import Block
 from lab.tasks import IGNORE_INDEX, get_task, probe
 from lab.trainer import build_model
@@ -37,6 +37,10 @@ def test_param_formula_equals_module_count(arch, norm, pos, d_ff):
     assert formula == counted
     assert sum(formula.values()) == model.num_params() == sum(p.numel() for p in model.parameters())
     assert param_breakdown(cfg) == formula
+    if arch in RECURRENT:  # embedding, recurrent layers, head: the Transformer's knobs add nothing
+        assert formula["recurrent"] > 0 and formula["attention"] == formula["mlp"] == formula["norms"] == 0
+        return
+    assert formula["recurrent"] == 0
     assert formula["mlp"] == 0 if d_ff == 0 else formula["mlp"] > 0
     assert (formula["norms"] == 0) == (norm == "none")
 
@@ -80,7 +84,7 @@ def test_bert_base_total_from_our_block_count():
     assert sum(ours.values()) - ours["head"] + 2 * d + 2 * d == 108_891_648
 
 
-@pytest.mark.parametrize("arch,norm", list(itertools.product(ARCHS, NORMS)))
+@pytest.mark.parametrize("arch,norm", list(itertools.product(TRANSFORMERS, NORMS)))
 def test_only_learned_pe_adds_parameters(arch, norm):
     counts = {pos: module_params(build_model(tiny_config(ANALYSIS, arch=arch, norm=norm, pos=pos)))
               for pos in POS_ENCODINGS}
@@ -187,7 +191,7 @@ def scored(batch) -> list[int]:
     return batch.tgt[batch.tgt != IGNORE_INDEX].tolist()
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", TRANSFORMERS)
 def test_parse_probe_reverse_targets_are_the_reversed_prompt(arch):
     cfg = tiny_config(ANALYSIS, arch=arch)
     p = parse_probe(cfg, "3 1 2")

@@ -13,6 +13,7 @@ import lab.tasks
 from lab.config import (
     ACTIVATIONS,
     ARCHS,
+    TRANSFORMERS,
     NORMS,
     POS_ENCODINGS,
     SCHEDULES,
@@ -85,7 +86,7 @@ def test_sinusoidal_needs_even_d_model():
     ModelConfig(pos="learned", d_model=15, n_heads=5)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", TRANSFORMERS)
 def test_n_ctx_must_cover_the_longest_sequence_including_ood(arch):
     # reverse, lengths 1..8, ood up to 16: decoder reads prompt SEP answer = 16 + 16 tokens,
     # the encoder-decoder at most 16 per stream.

@@ -9,13 +9,13 @@ import pytest
 import torch
 import torch.nn as nn
 
-from lab.config import ARCHS, NORMS, POS_ENCODINGS, ModelConfig, RunConfig, TaskConfig, TrainConfig
+from lab.config import TRANSFORMERS, NORMS, POS_ENCODINGS, ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.model import IGNORE_INDEX, Block, Transformer
 from lab.positional import PositionalEncoding
 from lab.tasks import get_task
 from lab.trainer import build_model
 
-AXES = list(itertools.product(POS_ENCODINGS, NORMS, ARCHS))
+AXES = list(itertools.product(POS_ENCODINGS, NORMS, TRANSFORMERS))
 VOCAB = 11
 
 
@@ -215,7 +215,7 @@ def test_fused_equals_explicit(pos, norm, arch):
     assert close(fused, explicit), (fused - explicit).abs().max()
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", TRANSFORMERS)
 def test_loss_ignores_unscored_positions(arch):
     model = make_model(tiny("learned", "pre", arch))
     idx, src = inputs(arch, b=2, t=6)
@@ -246,7 +246,7 @@ def twins(pos: str, arch: str, norm: str = "pre") -> tuple[Transformer, Transfor
 
 @pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("pos", ["rope", "alibi"])
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", TRANSFORMERS)
 def test_relative_encodings_are_identity_for_a_single_token(arch, pos, need_weights):
     model, nope = twins(pos, arch)
     idx, src = inputs(arch, t=1, s=1)
@@ -259,7 +259,7 @@ def test_relative_encodings_are_identity_for_a_single_token(arch, pos, need_weig
 
 @pytest.mark.parametrize("need_weights", [False, True])
 @pytest.mark.parametrize("norm", NORMS)
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", TRANSFORMERS)
 def test_rope_does_not_rotate_values(arch, norm, need_weights):
     """With one repeated token every value vector is the same, so attention returns it whatever the
     pattern: RoPE must then agree with NoPE at every position. Rotated values would not."""
@@ -272,7 +272,7 @@ def test_rope_does_not_rotate_values(arch, norm, need_weights):
     assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", TRANSFORMERS)
 def test_alibi_hides_no_absolute_encoding(arch):
     model, nope = twins("alibi", arch)
     assert [(n, p.shape) for n, p in model.named_parameters()] == [(n, p.shape) for n, p in nope.named_parameters()]
@@ -324,7 +324,7 @@ def test_non_learned_encodings_run_beyond_n_ctx(pos):
 INITIAL_LOSS_CASES = [
     (task, arch)
     for task in ("reverse", "addition", "modular_addition", "histogram", "induction")
-    for arch in ARCHS
+    for arch in TRANSFORMERS
     if not (task == "induction" and arch == "encoder-decoder")  # induction is decoder-only
 ]
 

@@ -6,7 +6,7 @@ import itertools
 import pytest
 import torch
 
-from lab.config import ARCHS, TASK_NAMES, ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
+from lab.config import TRANSFORMERS, TASK_NAMES, ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.tasks import (
     IGNORE_INDEX,
     TASKS,
@@ -18,7 +18,7 @@ from lab.tasks import (
 )
 
 SEQ2SEQ = [name for name in TASK_NAMES if not get_task(name).lm]
-CASES = [(name, arch) for name, arch in itertools.product(TASK_NAMES, ARCHS)
+CASES = [(name, arch) for name, arch in itertools.product(TASK_NAMES, TRANSFORMERS)
          if not (get_task(name).lm and arch == "encoder-decoder")]  # language-model tasks are decoder-only
 
 
@@ -248,7 +248,7 @@ def test_modular_addition_splits_are_disjoint_and_complete(p, fraction):
     assert len(test) >= 1  # something is always held out
     assert abs(len(train) - fraction * p * p) <= 1
     # training batches draw from training pairs only, held-out batches from held-out pairs only
-    for arch in ARCHS:
+    for arch in TRANSFORMERS:
         tr = task.batch(cfg, arch, 200, gen(0))
         ev = eval_batches(cfg, arch, "eval", 200)
         tr_prompt = tr.inp[:, :2] if arch == "decoder" else tr.src

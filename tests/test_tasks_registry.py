@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lab import tasks, taskshapes
-from lab.config import ARCHS, TASK_NAMES, TaskConfig
+from lab.config import TRANSFORMERS, TASK_NAMES, TaskConfig
 from lab.fields import declared
 from lab.taskshapes import SHAPES, TaskShape, loss_baselines, readers, task_shape
 
@@ -76,7 +76,7 @@ def test_batches_are_the_pinned_random_streams():
     for name in TASK_NAMES:
         task = tasks.get_task(name)
         cfg = TaskConfig(name=name, min_len=4 if task.lm else 1, max_len=6, n_symbols=7, modulus=13)
-        for arch in ARCHS if not task.lm else ("decoder",):
+        for arch in TRANSFORMERS if not task.lm else ("decoder",):
             gen = torch.Generator().manual_seed(3)
             batches = [task.batch(cfg, arch, 5, gen) for _ in range(3)]
             batches += tasks.eval_batches(cfg, arch, "eval", 24, 16) + [tasks.probe(cfg, arch)]

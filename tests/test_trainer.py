@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from lab.config import ARCHS, ModelConfig, RunConfig, TaskConfig, TrainConfig
+from lab.config import TRANSFORMERS, ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.model import ModelOutput
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
 from lab.tasks import IGNORE_INDEX, eval_batches, get_task, probe
@@ -95,7 +95,7 @@ def test_stop_works_within_a_step(k):
 # ---- reproducibility ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", TRANSFORMERS)
 def test_runs_are_reproducible_from_the_seed(arch):
     cfg = tiny_config(RUN, arch=arch, steps=15, eval_every=15)
     a, ra = run(cfg)
@@ -182,7 +182,7 @@ def test_trainer_uses_the_schedule():
 # ---- weight decay --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", TRANSFORMERS)
 @pytest.mark.parametrize("pos", ["learned", "rope"])
 def test_weight_decay_applies_to_matrices_only(arch, pos):
     cfg = tiny_config(RUN, arch=arch, weight_decay=0.3)
@@ -221,7 +221,7 @@ def test_snapshot_steps():
     assert snapshot_steps(TrainConfig(steps=3, snapshots=10)) == {0, 1, 2, 3}
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", TRANSFORMERS)
 def test_records_and_snapshot_shapes(arch):
     cfg = tiny_config(RUN, arch=arch, steps=10, eval_every=4, snapshots=3)
     result, records = run(cfg)
@@ -287,7 +287,7 @@ class Oracle(nn.Module):
         return ModelOutput(logits=logits)
 
 
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", TRANSFORMERS)
 def test_evaluate_on_an_oracle(arch):
     tc = TaskConfig(name="reverse", max_len=4)
     batches = eval_batches(tc, arch, "eval", 64, batch_size=16)
@@ -316,7 +316,7 @@ def test_resolve_device():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("arch", TRANSFORMERS)
 def test_reverse_is_learned_end_to_end(arch):
     """reverse, RoPE, pre-LN, 2 layers x 4 heads, d 64, 1500 steps, seed 0: solved at training lengths."""
     cfg = RunConfig(

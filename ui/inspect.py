@@ -23,13 +23,14 @@ from typing import Any, Optional
 
 import gradio as gr
 
-from lab.config import ConfigError, flatten
+from lab.config import RECURRENT, ConfigError, flatten
 from lab.views.analysis import (MAX_PROBE_CHARS, PROBE_SOURCES, allowed_symbols, attention, load_model, parse_probe,
                                 positional_view, sampled_probe)
 from lab.views.plots import KIND_TITLES, attention_grid, pca_figure, positional_figure
 from lab.views.run_labels import short_label
 from ui.common import AppContext, Outputs, errors_as_messages, kept, with_api_params
 from ui.intervene import build_intervene_panel
+from ui.intervene_parts import NO_ATTENTION
 
 KINDS = tuple(KIND_TITLES)  # the attention kinds, in the order their figures stand
 SOURCES = PROBE_SOURCES
@@ -143,6 +144,8 @@ def attention_figures(ctx: AppContext, run_id: Optional[str], source: str, text:
         return _hidden("Pick a run to see its attention.").values()
     step = checked_inputs(ctx, run_id, source, text, step)
     cfg = ctx.store.config(run_id)
+    if cfg.model.arch in RECURRENT:
+        return _hidden(NO_ATTENTION.format(arch=cfg.model.arch.upper())).values()
     if source == "sampled":
         return _sampled(ctx, run_id, cfg, step)[0].values()
     weights = _final_weights(ctx, run_id)
@@ -198,6 +201,9 @@ def attention_view(ctx: AppContext, run_id: Optional[str], source: str, text: st
             return list(Shown(note=typed_note(ctx, run_id, source, text)).values())
         source = probe_choice = "typed"
     cfg = ctx.store.config(run_id)
+    if cfg.model.arch in RECURRENT:  # nothing to draw, whatever the probe
+        return _shown(_hidden(NO_ATTENTION.format(arch=cfg.model.arch.upper())), note="",
+                      step=final_slider(ctx, run_id) if trigger == "run" else gr.skip(), source=probe_choice)
     if source == "sampled":
         drawn, at = _sampled(ctx, run_id, cfg, None if trigger == "run" else step)
         return _shown(drawn, note="", step=step_slider(ctx, run_id, at), source=probe_choice)
@@ -233,6 +239,10 @@ def positional_panel(ctx: AppContext, run_id: Optional[str], side: str = ""):
         return gr.Plot(None, visible=False), None, "Pick a run."
     checked_inputs(ctx, run_id)
     cfg = ctx.store.config(run_id)
+    if cfg.model.arch in RECURRENT:
+        return (gr.Plot(None, visible=False), None,
+                f"{run_label(ctx, run_id)}: a recurrent run ({cfg.model.arch.upper()}) has no positional encoding; "
+                "the recurrence itself orders the tokens.")
     weights = ctx.store.load_weights(run_id) if ctx.store.summary(run_id) is not None else None
     view = positional_view(cfg, weights)
     label = run_label(ctx, run_id)

@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import gradio as gr
 
-from lab.config import ConfigError, RunConfig
+from lab.config import RECURRENT, ConfigError, RunConfig
 from lab.engine.storefs import RunNotFoundError
 from lab.interventions import MODES, Interventions, applied, parse_heads, parse_layers
 from lab.interventions import POSITIONAL as INTERVENED_POSITIONAL
@@ -33,6 +33,8 @@ MAX_MAPS = 16  # importance maps kept in memory (one per run, final step and kno
 LENS_NOTE = ("What the model would predict if the stack stopped after each layer: the decoder's residual stream "
              "through the final norm and the head, for the probe input above.")
 SEE_NOTE = "Nothing to answer: see the note beside **Typed input**."
+NO_ATTENTION = ("This is a recurrent run ({arch}): it reads one token at a time and has no attention, heads or "
+                "positional encoding to draw. Its answer, held-out metrics and skipped layers still apply.")
 
 
 
@@ -158,6 +160,9 @@ def cleared_ablated(note: str = "") -> dict[str, Any]:
 
 
 def lens_parts(cfg: RunConfig, model: Transformer, probe: Optional[ProbeInput]) -> dict[str, Any]:
+    if cfg.model.arch in RECURRENT:
+        return {"lens": gr.Plot(None, visible=False), "lens_note": NO_ATTENTION.format(arch=cfg.model.arch.upper())
+                + " No logit lens here: it reads a Transformer's residual stream."}
     if probe is None:
         return {"lens": gr.Plot(None, visible=False), "lens_note": SEE_NOTE}
     fig = lens_figure(logit_lens(model, cfg, probe.batch), probe.dec_labels)
@@ -178,6 +183,9 @@ def compute_maps(ctx: AppContext, cache: MapCache, run_id: str, cfg: RunConfig, 
     """The importance maps of every attention kind of the run (cached per run, final step and mode)."""
     if mode not in MODES:
         raise ConfigError("Knockout", f"{mode!r} is not one of {', '.join(MODES)}")
+    if cfg.model.arch in RECURRENT:
+        raise ConfigError("Head importance", f"this {cfg.model.arch.upper()} run has no attention heads to knock out "
+                                             "(skip a whole layer under Skip block instead)")
     key = (run_id, step, mode)
     maps = cache.get(key)
     if maps is None:
@@ -215,14 +223,15 @@ def controls(cfg: Optional[RunConfig]) -> dict[str, Any]:
         layers: list[str] = []
         ff, decoder = True, False
     else:
-        m, encdec = cfg.model, cfg.model.arch == "encoder-decoder"
-        heads = [f"{p}{layer}.{h}" for p in ("", "enc.", "cross.")[: 3 if encdec else 1]
-                 for layer in range(m.n_layers) for h in range(m.n_heads)]
+        m, encdec, recurrent = cfg.model, cfg.model.arch == "encoder-decoder", cfg.model.arch in RECURRENT
+        heads = [] if recurrent else [f"{p}{layer}.{h}" for p in ("", "enc.", "cross.")[: 3 if encdec else 1]
+                                      for layer in range(m.n_layers) for h in range(m.n_heads)]
         layers = [f"{p}{layer}" for p in ("", "enc.")[: 2 if encdec else 1] for layer in range(m.n_layers)]
-        ff, decoder = m.d_ff > 0, not encdec
+        ff, decoder = m.d_ff > 0 and not recurrent, not encdec
     return {"heads": gr.CheckboxGroup(choices=heads, value=[]), "mode": "zero", "positional": "intact",
             "skip_ff": gr.CheckboxGroup(choices=layers if ff else [], value=[], interactive=ff, label=(
-                "Skip feed-forward (layers)" if ff else "Skip feed-forward (none: d_ff = 0)")),
+                "Skip feed-forward (layers)" if ff else "Skip feed-forward (none: d_ff = 0)" if cfg is None or
+                cfg.model.arch not in RECURRENT else "Skip feed-forward (none: a recurrent model)")),
             "skip_block": gr.CheckboxGroup(choices=layers, value=[]), "gen_col": gr.Column(visible=decoder)}
 
 

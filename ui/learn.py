@@ -11,7 +11,7 @@ from typing import Optional
 
 import gradio as gr
 
-from lab.config import ConfigError, flatten
+from lab.config import RECURRENT, ConfigError, flatten
 from lab.teach.lesson_figures import page_figure
 from lab.views.analysis import MAX_PROBE_CHARS
 from lab.teach.lesson_pages import PAGE_KEYS, PAGES, markdown, page
@@ -32,6 +32,10 @@ def subject_for(ctx: AppContext, run_id: Optional[str]) -> Subject:
         return default_subject()
     cfg = ctx.store.config(run_id)  # refuses ids that are not stored runs
     label = short_label({"run_id": run_id, **flatten(cfg)})
+    if cfg.model.arch in RECURRENT:
+        raise ConfigError("Run", f"{label} is a recurrent run ({cfg.model.arch.upper()}): these pages explain a "
+                                 "Transformer's parts (attention, positions, norms), which it has none of. Pick a "
+                                 "Transformer run, or none for the untrained default model")
     try:
         weights = ctx.store.load_weights(run_id)
     except RunNotFoundError:

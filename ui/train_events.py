@@ -9,7 +9,7 @@ from typing import Any, Callable, Optional
 
 import gradio as gr
 
-from lab.config import ConfigError, RunConfig, in_words
+from lab.config import RECURRENT, ConfigError, RunConfig, in_words
 from lab.engine.continuation import checkpoint_step
 from lab.engine.jobs import JobManager
 from lab.engine.limits import Limits, check_config, valid_owner
@@ -97,7 +97,10 @@ def describe(cfg: RunConfig, limits: Optional[Limits] = None, jobs: Optional[Job
     total = sum(parts.values())
     detail = ", ".join(f"{k} {v:,}" for k, v in parts.items() if v)
     hint = ""
-    if cfg.model.pos == "alibi" and cfg.model.n_heads <= 2:
+    if cfg.model.arch in RECURRENT:
+        hint = (f"\n\n*A recurrent model ({cfg.model.arch.upper()}): d_model wide, Layers deep, one token at a "
+                "time. The attention, positional encoding, norm and feed-forward knobs do not apply to it.*")
+    elif cfg.model.pos == "alibi" and cfg.model.n_heads <= 2:
         hint = "\n\n*Hint: with 1-2 heads ALiBi's slopes are tiny (2^-8, 2^-4), so its recency bias is weak.*"
     task = get_task(cfg.task.name)
     if task.name == "text":  # the baseline a character model must beat: the loss of ignoring the context

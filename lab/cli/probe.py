@@ -207,7 +207,7 @@ def prompt_tokens(cfg: RunConfig, text: str) -> list[int]:
 
 def cmd_sample(args: argparse.Namespace, store: Any) -> int:
     cfg = store.config(args.run_id)
-    if cfg.model.arch != "decoder":
+    if cfg.model.arch == "encoder-decoder":
         raise ConfigError("run_id", f"{args.run_id!r} is an encoder-decoder run: free generation needs a decoder "
                           "run (an encoder-decoder only answers its input; see Inspect)")
     prompt = prompt_tokens(cfg, args.prompt)  # before the weights are read: a typo is reported at once

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from lab.config import GATED, RunConfig
+from lab.config import GATED, GATES, RECURRENT, RunConfig
 from lab.taskshapes import task_shape
 
 # ---- constants: seconds on one idle core of the dev machine, 1 intra-op thread --------------------------
@@ -78,6 +78,8 @@ def flops_per_token(cfg: RunConfig, seq_len: int) -> float:
     """Training FLOPs per token (PaLM's count): 6 N_matmul + 12 n_layers d_model T."""
     m = cfg.model
     vocab = task_shape(cfg.task.name).vocab_size(cfg.task)
+    if m.arch in RECURRENT:  # per layer, gates x (W_ih, W_hh) of d x d; no attention scores
+        return 6.0 * (m.n_layers * GATES[m.arch] * 2 * m.d_model ** 2 + m.d_model * vocab)
     cross = m.arch == "encoder-decoder"
     attn = 4 * m.d_model * m.n_heads * m.d_head  # Wq, Wk, Wv, Wo (d_model x n_heads d_head each)
     ff = (3 if m.activation in GATED else 2) * m.d_model * m.d_ff_hidden
@@ -96,7 +98,7 @@ def _pass(cfg: RunConfig, rows: int, length: int, per: tuple[float, float, float
     flops = rows * (t * flops_per_token(cfg, t) + (s * flops_per_token(cfg, s) if s else 0) / 2)
     elements = rows * (t + s) * m.d_model * blocks
     # attention scores: decoder self-attention T x T, and for an encoder-decoder S x S plus cross T x S
-    scores = rows * m.n_heads * m.n_layers * (t * t + s * s + t * s)
+    scores = 0 if m.arch in RECURRENT else rows * m.n_heads * m.n_layers * (t * t + s * s + t * s)
     return flops * per[0] + elements * per[1] + scores * per[2]
 
 

@@ -33,7 +33,7 @@ from typing import Any, BinaryIO
 
 import pandas as pd
 
-from lab.config import ConfigError, RunConfig, flatten
+from lab.config import RECURRENT, ConfigError, RunConfig, flatten
 from lab.records import EvalRecord, StepRecord
 from lab.engine.liveness import stamp, stamp_alive
 from lab.engine.tensors import RunTensors
@@ -68,11 +68,13 @@ class RunStore(RunTensors):
 
     # ---- ids and paths ----------------------------------------------------
     def new_run_id(self, cfg: RunConfig) -> str:
-        """'20261122-025300-reverse-rope-pre-a1b2c3': UTC time, task, pos, norm, random hex."""
+        """'20261122-025300-reverse-rope-pre-a1b2c3': UTC time, task, pos, norm (a recurrent model: its
+        architecture, 'reverse-lstm'), random hex."""
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         m = cfg.model
+        kind = m.arch if m.arch in RECURRENT else f"{m.pos}-{m.norm}"
         while True:
-            run_id = f"{stamp}-{cfg.task.name}-{m.pos}-{m.norm}-{secrets.token_hex(3)}"
+            run_id = f"{stamp}-{cfg.task.name}-{kind}-{secrets.token_hex(3)}"
             if not (self.root / run_id).exists():
                 return run_id
 

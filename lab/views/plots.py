@@ -221,7 +221,7 @@ def params_figure(breakdowns: dict[str, dict[str, int]]) -> Figure:
     fig = Figure(figsize=(8, 1.2 + 0.45 * len(names)), layout="constrained")
     ax = fig.subplots()
     left = np.zeros(len(names))
-    colors = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00"]  # Okabe-Ito
+    colors = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442"]  # Okabe-Ito
     for comp, color in zip(COMPONENTS, colors):
         vals = np.array([breakdowns[n].get(comp, 0) for n in names], dtype=float)
         ax.barh(names, vals, left=left, color=color, label=comp)

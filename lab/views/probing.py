@@ -173,7 +173,7 @@ def generate(model: Transformer, cfg: RunConfig, prompt: torch.Tensor, n_tokens:
              temperature: float = 1.0, seed: int = 0) -> list[int]:
     """`n_tokens` new tokens after `prompt` (1, T) from a decoder-only model: sampled at `temperature`
     (0: greedy), the context cropped to the last n_ctx tokens."""
-    if cfg.model.arch != "decoder":
+    if cfg.model.arch == "encoder-decoder":
         raise ConfigError("Generate", "free generation needs a decoder run (an encoder-decoder answers its input only)")
     if not 1 <= n_tokens <= 1000:
         raise ConfigError("Tokens to generate", f"{n_tokens} (allowed: 1 to 1000)")

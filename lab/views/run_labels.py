@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping, Optional
 
-from lab.config import declared_fields
+from lab.config import RECURRENT, declared_fields
 from lab.engine.grid import AXES
 
 LABEL_FORMATS: dict[str, Callable[[Any], str]] = {  # config column -> its compact form in a label
     "model.pos": str, "model.norm": lambda v: f"{v}-LN", "model.n_layers": lambda v: f"L{v}",
     "model.n_heads": lambda v: f"h{v}", "model.d_model": lambda v: f"d{v}", "train.seed": lambda v: f"s{v}",
-    "model.arch": lambda v: "enc-dec" if v == "encoder-decoder" else "dec", "task.name": str,
+    "model.arch": lambda v: {"encoder-decoder": "enc-dec", "decoder": "dec"}.get(v, v), "task.name": str,
 }
 FIELD_LABELS = {f.key: f.spec.label for f in declared_fields()}  # other columns: their label in the UI
 CONFIG_PREFIXES = ("model.", "task.", "train.")
@@ -62,7 +62,8 @@ def short_label(row: dict[str, Any], varied: Optional[list[str]] = None) -> str:
         return " ".join([compact(c, row.get(c)) for c in varied] + [tail])
     if own_name(row):
         return f"{own_name(row)} {tail}"
-    cols = ("model.pos", "model.norm", "model.n_layers", "train.seed", "task.name")
+    recurrent = row.get("model.arch") in RECURRENT
+    cols = (("model.arch",) if recurrent else ("model.pos", "model.norm")) + ("model.n_layers", "train.seed", "task.name")
     arch = " enc-dec" if row.get("model.arch") == "encoder-decoder" else ""
     return " ".join(compact(c, row.get(c)) for c in cols) + f"{arch} {tail}"
 

@@ -1,0 +1,36 @@
+"""An LSTM run from the Train tab's Start, in Debian's headless Chromium (issue 23: the app's Start works for
+the recurrent baselines): the summary says which knobs do not apply, the run trains to completion, Compare
+names it by its architecture, and Inspect says plainly that it has no attention while it still answers."""
+from __future__ import annotations
+
+import pytest
+
+from tests.browser import WAIT_MS, assert_no_errors, chromium, fill, open_page, wait_finished
+
+pytestmark = pytest.mark.slow
+STEPS = 150
+
+
+def test_an_lstm_trains_from_start_and_inspect_says_it_has_no_attention(browser_app):
+    from playwright.sync_api import expect
+
+    with chromium() as browser:
+        page = open_page(browser, browser_app.url)
+        fill(page, "#steps", str(STEPS))
+        page.locator("#arch").get_by_label("lstm", exact=True).check()
+        expect(page.locator("#config-summary")).to_contain_text("A recurrent model (LSTM)")
+        page.locator("#start-btn").click()
+        page.wait_for_function("() => document.querySelector('#run-pick input').value", polling=250)
+        run_id = page.locator("#run-pick input").input_value()
+        assert "-lstm-" in run_id
+        wait_finished(page, browser_app, [run_id], WAIT_MS)
+        page.locator("#progress").get_by_text("Completed").wait_for()
+        assert f"after {STEPS} steps" in page.locator("#progress").inner_text()
+
+        page.get_by_role("tab", name="Inspect").click()
+        expect(page.locator("#inspect-run input")).to_have_value(f"lstm L2 s0 reverse ({run_id[-6:]})")
+        expect(page.locator("#inspect-caption")).to_contain_text("has no attention")
+        expect(page.locator("#attn-dec_self")).to_be_hidden()
+        expect(page.locator("#answer-table")).to_be_visible()  # the model still answers the probe
+        expect(page.locator("#answer-weights-note")).to_contain_text("Final weights")
+        assert_no_errors(page)
