@@ -148,6 +148,15 @@ class FeedForward(nn.Module):
         return self.fc2(dropout(hidden, self.p_drop, self.training))
 
 
+def lm_loss(logits: Tensor, targets: Optional[Tensor], label_smoothing: float = 0.0) -> Optional[Tensor]:
+    """Mean cross-entropy of `logits` (B, T, vocab) over the scored positions of `targets` (B, T; the rest
+    IGNORE_INDEX), with label smoothing eps (Szegedy et al. 2016, sec. 7); None without targets."""
+    if targets is None:
+        return None
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX,
+                           label_smoothing=label_smoothing)  # (B T, vocab) against (B T,)
+
+
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """F.dropout, skipped outright when it would do nothing (p = 0, the default, or eval mode)."""
     return F.dropout(x, p, True) if p > 0 and training else x
@@ -274,13 +283,7 @@ class Transformer(nn.Module):
             if "cross" in dec:
                 attention["cross"] = dec["cross"]
         logits = self.head(self.dec_norm(x))  # (B, T, vocab)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX,
-                label_smoothing=label_smoothing,
-            )
-        return ModelOutput(logits=logits, loss=loss, attention=attention)
+        return ModelOutput(logits=logits, loss=lm_loss(logits, targets, label_smoothing), attention=attention)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -19,13 +19,11 @@ from typing import Optional
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch import Tensor
 
 from lab.config import GATES, ModelConfig
-from lab.model import ModelOutput, dropout
+from lab.model import ModelOutput, dropout, lm_loss
 from lab.positional import EMBED_STD
-from lab.taskshapes import IGNORE_INDEX
 
 CELLS: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
 
@@ -79,11 +77,7 @@ class RecurrentLM(nn.Module):
                 x, _ = layer(x)  # (B, T, d): h_t of every step
         x = dropout(x, self.cfg.dropout, self.training)
         logits = self.head(x)  # (B, T, vocab)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                   ignore_index=IGNORE_INDEX, label_smoothing=label_smoothing)
-        return ModelOutput(logits=logits, loss=loss, attention={})
+        return ModelOutput(logits=logits, loss=lm_loss(logits, targets, label_smoothing), attention={})
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
