@@ -27,6 +27,10 @@ KNOB_SETS = [
     {"task": "induction", "min_len": 8, "max_len": 16, "n_symbols": 64, "ood_len": 40},
     {"task": "text", "min_len": 16, "max_len": 16, "n_layers": 1},
     {"task": "addition", "max_len": 5, "ood_len": 9, "pos": "rope", "d_model": 32, "lr": 0.001},
+    # the recipe's knobs (issue 23) and a recurrent baseline
+    {"task": "copy", "scale": "none", "residual": "off", "head_dim": 12, "norm_type": "rmsnorm",
+     "activation": "swiglu", "qk_norm": "on", "pos": "rope"},
+    {"task": "reverse", "arch": "lstm", "d_model": 80},
 ]
 IDS = ["-".join(f"{k}={v}" for k, v in knobs.items()) for knobs in KNOB_SETS]
 
