@@ -120,7 +120,7 @@ class ModelConfig:
                       "encoder-decoder: the original paper, with cross-attention from decoder to encoder. lstm, "
                       "gru: the recurrent baselines the paper replaced, reading prompt|answer one token at a time "
                       "(d_model wide, Layers deep; the attention, position and norm knobs do not apply).",
-                      widget=RADIO, column="arch", filter=True)
+                      widget=RADIO, column="arch", filter=True, axis="arch")
     pos: PosEncoding = knob("learned", label="Positional encoding", help="How the model knows token order: added "
                             "vectors (sinusoidal, learned), rotated queries/keys (RoPE), a distance penalty on "
                             "scores (ALiBi), or nothing.", widget=DROPDOWN, axis="PE", column="PE", filter=True)

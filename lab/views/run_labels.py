@@ -18,7 +18,8 @@ LABEL_FORMATS: dict[str, Callable[[Any], str]] = {  # config column -> its compa
 FIELD_LABELS = {f.key: f.spec.label for f in declared_fields()}  # other columns: their label in the UI
 CONFIG_PREFIXES = ("model.", "task.", "train.")
 # the order of a label's parts: the task, the architecture, the ablation axes, other fields; the seed last
-LABEL_ORDER = ("task.name", "model.arch", *(a.field for a in AXES.values() if a.field != "train.seed"))
+LABEL_ORDER = tuple(dict.fromkeys(("task.name", "model.arch",
+                                   *(a.field for a in AXES.values() if a.field != "train.seed"))))
 LEGEND_CHARS = 30  # vega cuts legend labels at 160 px: about 30 characters of its 10 px font
 GROUP_CHARS = 40  # group names: a table cell and the band figure's legend
 
