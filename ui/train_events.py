@@ -82,6 +82,7 @@ class DeleteOut(Outputs):
     my_runs: Any = kept()
     progress: Any = kept()
     confirm_row: Any = kept()
+    seen: Any = kept()
 
 
 def knob_values(args: tuple) -> dict[str, Any]:
@@ -174,8 +175,9 @@ def on_poll(ctx: AppContext, frames: FrameCache, run_id: Optional[str], last: An
     """The shown run's progress and curves; only what changed since this page's last poll is sent (the
     rest keeps what the page shows), and the timer slows down while nothing changes."""
     stopped = {"loss_plot": None, "acc_plot": None, "timer": gr.Timer(active=False), "seen": {}}
-    if not run_id:
-        return PollOut(progress=NO_RUN, **stopped).values()
+    if not run_id:  # none shown; just after a delete, its message stays (the picker's change polls here)
+        deleted = isinstance(last, dict) and last.get("deleted")
+        return (PollOut(**stopped) if deleted else PollOut(progress=NO_RUN, **stopped)).values()
     ctx.store.path(run_id)  # RunIdError (a message naming run_id) for anything else
     try:
         state, text = progress_text(ctx, run_id)
@@ -241,7 +243,8 @@ def on_delete(ctx: AppContext, run_id: Optional[str], runs: Optional[list], who:
         ctx.jobs.delete(run_id, owner=acting_owner(ctx, who))
     left = [r for r in own_runs(ctx, runs) if r != run_id and ctx.store.exists(r)]
     return DeleteOut(run_pick=gr.Dropdown(choices=left, value=left[0] if left else None), my_runs=left,
-                     progress=f"🗑️ Deleted run {run_id}.", confirm_row=gr.Row(visible=False)).values()
+                     progress=f"🗑️ Deleted run {run_id}.", confirm_row=gr.Row(visible=False),
+                     seen={"deleted": run_id}).values()
 
 
 def load_handler(ctx: AppContext, view: TrainView) -> Callable:
