@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
 import torch.nn as nn
 from torch import Tensor
 
@@ -88,14 +87,3 @@ def recurrent_params(cell: str, d: int, n_layers: int, vocab: int) -> dict[str, 
     L * gates * (2 d^2 + 2 d), head d V."""
     return {"embeddings": vocab * d, "recurrent": n_layers * layer_params(cell, d), "head": d * vocab}
 
-
-def as_torch_stack(model: RecurrentLM) -> nn.RNNBase:
-    """torch's own multi-layer module with this model's weights (layer i's tensors renamed *_l{i}): the
-    reference the tests compare the stack against."""
-    d, L = model.cfg.d_model, len(model.layers)
-    ref = CELLS[model.cell](d, d, num_layers=L, batch_first=True, dropout=model.cfg.dropout if L > 1 else 0.0)
-    with torch.no_grad():
-        for i, layer in enumerate(model.layers):
-            for name, p in layer.named_parameters():  # weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0
-                getattr(ref, name.replace("_l0", f"_l{i}")).copy_(p)
-    return ref

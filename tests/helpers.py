@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from lab.engine.store import RunStore
-    from lab.records import EvalRecord
+    from lab.trainer import TrainResult
     from ui.common import AppContext
 
 REPO = Path(__file__).resolve().parents[1]
@@ -365,17 +365,6 @@ def one_json(stdout: str):
 WAIT = 30.0  # generous: the host is shared and noisy
 
 
-@dataclass(frozen=True)
-class FakeResult:
-    steps_done: int
-    stopped: bool
-    wall_s: float
-    device: str
-    params: int
-    tokens_per_s: float
-    final_train_loss: float
-    final_eval: EvalRecord | None
-    state_dict: dict[str, Any]
 
 
 class FakeTrainer:
@@ -388,11 +377,12 @@ class FakeTrainer:
         self.active = self.peak = 0
 
     def __call__(self, cfg: RunConfig, on_record: Callable | None = None,
-                 should_stop: Callable[[], bool] | None = None, threads: int | None = None, **_: Any) -> FakeResult:
+                 should_stop: Callable[[], bool] | None = None, threads: int | None = None, **_: Any) -> "TrainResult":
         import numpy as np
         import torch
 
         from lab.records import EvalRecord, SnapshotRecord, StepRecord
+        from lab.trainer import TrainResult  # the trainer's own result record
 
         emit = on_record or (lambda r: None)
         with self.lock:
@@ -415,8 +405,8 @@ class FakeTrainer:
                 emit(StepRecord(step, 1.0 / step, 1e-3, 0.5, 8 * step, time.perf_counter() - t0, 100.0))
             ev = EvalRecord(step, time.perf_counter() - t0, 8 * step, 0.5, 0.9, 0.8, 1.5, 0.4, 0.1)
             emit(ev)
-            return FakeResult(step, stopped, time.perf_counter() - t0, "cpu", 42, 100.0, 1.0 / max(step, 1), ev,
-                              {"w": torch.arange(6.0).reshape(2, 3)})
+            return TrainResult(step, stopped, time.perf_counter() - t0, "cpu", 42, 100.0, 1.0 / max(step, 1), ev,
+                               {"w": torch.arange(6.0).reshape(2, 3)})
         finally:
             with self.lock:
                 self.active -= 1

@@ -21,7 +21,7 @@ from lab.engine.estimate import (END_SHARE, Job, Sample, Server, SpeedLog, conte
 from lab.engine.jobs import JobManager
 from lab.engine.store import RunStore
 from lab.records import EvalRecord, StepRecord
-from tests.helpers import FakeResult
+from lab.trainer import TrainResult
 
 BASE = RunConfig(model=ModelConfig(n_layers=2, d_model=32, n_heads=2, d_ff=64),
                  task=TaskConfig(name="copy", max_len=6), train=TrainConfig(steps=200, eval_every=50))
@@ -203,7 +203,7 @@ class PacedTrainer:
         self.reported = threading.Semaphore(0)
 
     def __call__(self, cfg: RunConfig, on_record: Callable | None = None,
-                 should_stop: Callable[[], bool] | None = None, threads: int | None = None, **_: Any) -> FakeResult:
+                 should_stop: Callable[[], bool] | None = None, threads: int | None = None, **_: Any) -> TrainResult:
         emit, c = on_record or (lambda r: None), cost(cfg)
         upto = int(cfg.train.steps * self.stop_at)
         for step in range(1, upto + 1):
@@ -213,7 +213,7 @@ class PacedTrainer:
             if should_stop and should_stop():
                 break
         ev = EvalRecord(upto, 1.0, upto, 0.5, 0.9, 0.8)
-        return FakeResult(upto, False, 1.0, "cpu", 1, 1.0, 1.0, ev, {"w": torch.zeros(2)})
+        return TrainResult(upto, False, 1.0, "cpu", 1, 1.0, 1.0, ev, {"w": torch.zeros(2)})
 
 
 @pytest.fixture()

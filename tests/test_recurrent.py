@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from lab.config import ModelConfig
-from lab.recurrent import CELLS, RecurrentLM, as_torch_stack, layer_params, recurrent_params
+from lab.recurrent import CELLS, RecurrentLM, layer_params, recurrent_params
 from lab.taskshapes import IGNORE_INDEX
 
 VOCAB = 11
@@ -17,6 +18,18 @@ VOCAB = 11
 def build(cell: str, d: int = 16, layers: int = 2, dropout: float = 0.0, seed: int = 0) -> RecurrentLM:
     torch.manual_seed(seed)
     return RecurrentLM(ModelConfig(d_model=d, n_heads=2, n_layers=layers, dropout=dropout), VOCAB, cell=cell)
+
+
+def as_torch_stack(model: RecurrentLM) -> nn.RNNBase:
+    """torch's own multi-layer module with this model's weights (layer i's tensors renamed *_l{i}): the
+    reference the tests compare the stack against."""
+    d, L = model.cfg.d_model, len(model.layers)
+    ref = CELLS[model.cell](d, d, num_layers=L, batch_first=True, dropout=model.cfg.dropout if L > 1 else 0.0)
+    with torch.no_grad():
+        for i, layer in enumerate(model.layers):
+            for name, p in layer.named_parameters():  # weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0
+                getattr(ref, name.replace("_l0", f"_l{i}")).copy_(p)
+    return ref
 
 
 @pytest.mark.parametrize("cell", sorted(CELLS))
