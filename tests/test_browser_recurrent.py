@@ -1,11 +1,13 @@
 """An LSTM run from the Train tab's Start, in Debian's headless Chromium (issue 23: the app's Start works for
 the recurrent baselines): the summary says which knobs do not apply, the run trains to completion, Compare
-names it by its architecture, and Inspect says plainly that it has no attention while it still answers."""
+names it by its architecture, and Inspect says plainly that it has no attention while it still answers;
+switching Inspect between a Transformer run and the LSTM, back and forth, never leaves the Transformer's
+heatmap on screen under the LSTM (nor the LSTM's sentence under the Transformer)."""
 from __future__ import annotations
 
 import pytest
 
-from tests.browser import WAIT_MS, assert_no_errors, chromium, fill, open_page, wait_finished
+from tests.browser import WAIT_MS, assert_no_errors, choose, chromium, fill, open_page, wait_finished
 
 pytestmark = pytest.mark.slow
 STEPS = 150
@@ -17,10 +19,15 @@ def test_an_lstm_trains_from_start_and_inspect_says_it_has_no_attention(browser_
     with chromium() as browser:
         page = open_page(browser, browser_app.url)
         fill(page, "#steps", str(STEPS))
+        page.locator("#start-btn").click()  # first a Transformer of the default architecture
+        page.wait_for_function("() => document.querySelector('#run-pick input').value", polling=250)
+        transformer = page.locator("#run-pick input").input_value()
+        wait_finished(page, browser_app, [transformer], WAIT_MS)
         page.locator("#arch").get_by_label("lstm", exact=True).check()
         expect(page.locator("#config-summary")).to_contain_text("A recurrent model (LSTM)")
         page.locator("#start-btn").click()
-        page.wait_for_function("() => document.querySelector('#run-pick input').value", polling=250)
+        page.wait_for_function("(prev) => { const v = document.querySelector('#run-pick input').value;"
+                               " return v && v !== prev; }", arg=transformer, polling=250)
         run_id = page.locator("#run-pick input").input_value()
         assert "-lstm-" in run_id
         wait_finished(page, browser_app, [run_id], WAIT_MS)
@@ -33,4 +40,16 @@ def test_an_lstm_trains_from_start_and_inspect_says_it_has_no_attention(browser_
         expect(page.locator("#attn-dec_self")).to_be_hidden()
         expect(page.locator("#answer-table")).to_be_visible()  # the model still answers the probe
         expect(page.locator("#answer-weights-note")).to_contain_text("Final weights")
+
+        lstm_label = f"lstm L2 s0 reverse ({run_id[-6:]})"
+        tf_label = f"learned pre-LN L2 s0 reverse ({transformer[-6:]})"
+        for label in (tf_label, lstm_label, tf_label, lstm_label):  # back and forth: each view its run's
+            choose(page, "#inspect-run", label)
+            if label == tf_label:
+                page.wait_for_function("() => { const i = document.querySelector('#attn-dec_self img');"
+                                       " return i && i.complete && i.naturalWidth > 100; }", polling=250)
+                expect(page.locator("#inspect-caption")).not_to_contain_text("has no attention")
+            else:
+                expect(page.locator("#attn-dec_self")).to_be_hidden()
+                expect(page.locator("#inspect-caption")).to_contain_text("has no attention")
         assert_no_errors(page)
