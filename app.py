@@ -22,7 +22,7 @@ from lab.engine.limits import Limits
 from lab.engine.store import RunStore
 from ui.common import AppContext
 from ui.compare import build_compare_tab
-from ui.inspect import build_inspect_tab
+from ui.inspect_tab import build_inspect_tab
 from ui.learn import build_learn_tab
 from ui.presets import build_presets_tab, compare_note
 from ui.train import build_train_tab

@@ -57,8 +57,10 @@ def test_start_poll_then_compare_and_inspect(client, app_server):
     assert pca["value"]["plot"].startswith("data:image")
     assert figure["type"] == "matplotlib" and note.startswith("PCA of")
 
-    run_a, run_b = client.predict(api_name="/inspect_runs")
+    run_a, run_b, slider = client.predict(api_name="/inspect_runs")
     assert [label_id[1] for label_id in run_a["choices"]].count(run_id) == 1
+    # the newest run is picked with its own slider: at its last snapshot, never a placeholder
+    assert slider["value"] == client.predict(run_a["value"], api_name="/snapshot_steps")["value"] > 0
 
 
 def test_poll_follows_a_run_that_trains_then_stops(client):

@@ -166,7 +166,7 @@ def test_every_endpoint_answers_for_damaged_runs(damaged):
         table = compare_api(client)["table"]
         listed = {row[0] for row in table["data"]}
         assert set(DAMAGES) | set(healthy) <= listed
-        run_a, _ = client.predict(api_name="/inspect_runs")
+        run_a, _, _ = client.predict(api_name="/inspect_runs")
         assert set(healthy) <= {r for _, r in run_a["choices"]}
 
         # the healthy runs still display, and are byte for byte what they were

@@ -17,7 +17,7 @@ from lab.views.analysis import load_model, parse_probe, sampled_probe
 from lab.views.probing import ablation_report, greedy_answer
 from tests.helpers import app_context
 from ui.common import errors_as_messages
-from ui.inspect import build_inspect_tab
+from ui.inspect_tab import build_inspect_tab
 from ui.intervene import panel_update
 from ui.intervene_parts import API, MapCache, SEE_NOTE, api_call
 

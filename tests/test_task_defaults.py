@@ -139,11 +139,13 @@ def test_the_app_wires_the_task_choice(tmp_path):
     try:
         demo = app.build_demo(store, jobs)
         fns = {fn.api_name: fn for fn in demo.fns.values()}
-        lengths, shown = fns["task_lengths"], fns["show_task_knobs"]
+        lengths, shown = fns["task_lengths"], fns["knobs_changed"]
         assert [c.elem_id for c in lengths.outputs] == ["min_len", "max_len"]
         assert [e for _, e in lengths.targets] == ["input"]  # the user's pick only: a link's lengths stay
-        assert lengths.inputs[0].elem_id == "task" and [e for _, e in shown.targets] == ["change"]
-        assert [c.elem_id for c in shown.outputs] == [k.url_key for k in TASK_SHOWN]
+        task = lengths.inputs[0]
+        assert task.elem_id == "task" and (task._id, "change") in shown.targets  # every change, a link's too
+        out = [c.elem_id for c in shown.outputs]
+        assert out[2:] == [k.url_key for k in TASK_SHOWN] + ["text", "text-upload", "text-upload-note"]
         blocks = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
         assert blocks["n_symbols"].visible and not blocks["modulus"].visible  # the default task, reverse
     finally:

@@ -41,7 +41,7 @@ class GridPanel:
 
     def wire(self, tabs: gr.Tabs, compare: Any) -> None:
         """Register Launch once Compare exists: it opens Compare on the grid's runs, grouped."""
-        inputs = self.knob_inputs + _axis_inputs(self) + [self.my_runs, self.owner]
+        inputs = self.knob_inputs + axis_inputs(self) + [self.my_runs, self.owner]
         self.launch.click(with_api_params(partial(launch_grid, self.ctx), api_names() + ["my_runs", "owner"]),
                           inputs=inputs, outputs=GridLaunch.wired(self, **compare.opener(tabs)),
                           api_name="grid_launch", preprocess=False)
@@ -80,7 +80,8 @@ def api_names() -> list[str]:
     return [k.url_key for k in KNOBS] + [f"{p}{i}" for i in range(1, MAX_AXES + 1) for p in ("axis", "values")]
 
 
-def _axis_inputs(panel: GridPanel) -> list:
+def axis_inputs(panel: GridPanel) -> list:
+    """The axis pickers and their value boxes, in the order (axis1, values1, axis2, values2, ...)."""
     return [w for pair in zip(panel.axes, panel.values) for w in pair]
 
 
@@ -132,7 +133,7 @@ def build_grid_panel(ctx: AppContext, widgets: dict, my_runs: gr.BrowserState,
     for i, (ax, box) in enumerate(zip(axes, values), start=1):
         ax.input(None, inputs=[ax, box], outputs=box, js=on_axis, api_name=f"grid_axis{i}_examples",
                  show_progress="hidden")
-    triggers = [w.change for w in knob_inputs + _axis_inputs(panel)]
-    gr.on(triggers, with_api_params(partial(on_preview, ctx), api_names()), inputs=knob_inputs + _axis_inputs(panel), outputs=preview,
-          api_name="grid_preview", show_progress="hidden", trigger_mode="always_last", preprocess=False)
+    # API only: on the page the Train tab's one knob event draws the preview (ui/train.py `on_knobs_changed`)
+    gr.on([], with_api_params(partial(on_preview, ctx), api_names()), inputs=knob_inputs + axis_inputs(panel),
+          outputs=preview, api_name="grid_preview", show_progress="hidden", preprocess=False)
     return panel

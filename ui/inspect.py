@@ -28,8 +28,7 @@ from lab.views.analysis import (MAX_PROBE_CHARS, PROBE_SOURCES, allowed_symbols,
                                 positional_view, sampled_probe)
 from lab.views.plots import KIND_TITLES, attention_grid, pca_figure, positional_figure
 from lab.views.run_labels import short_label
-from ui.common import AppContext, Outputs, errors_as_messages, kept, with_api_params
-from ui.intervene import build_intervene_panel
+from ui.common import AppContext, Outputs, kept
 from ui.intervene_parts import NO_ATTENTION
 
 KINDS = tuple(KIND_TITLES)  # the attention kinds, in the order their figures stand
@@ -256,80 +255,3 @@ def positional_panel(ctx: AppContext, run_id: Optional[str], side: str = ""):
                f"{ev[1] if len(ev) > 1 else 0:.0%} of their variance. Nearby positions close together means "
                f"the encoding varies smoothly with position.")
     return gr.Plot(pca_figure(view, title), visible=True), fig, caption
-
-
-def build_inspect_tab(ctx: AppContext) -> gr.Tab:
-    with gr.Tab("Inspect", id="inspect") as tab:
-        with gr.Row():  # min widths: on a phone each control gets a line of its own
-            run = gr.Dropdown([], label="Run", scale=3, min_width=300, elem_id="inspect-run", allow_custom_value=True)
-            source = gr.Radio(list(SOURCES), value="sampled", label="Probe input", scale=1, min_width=160,
-                              elem_id="inspect-source")
-            with gr.Column(scale=2, min_width=240):
-                text = gr.Textbox(label=TYPED_LABEL, placeholder="e.g. 3 1 4 1 5, then Enter", max_lines=1,
-                                  max_length=MAX_PROBE_CHARS, elem_id="inspect-text")
-                note = gr.Markdown(elem_id="inspect-text-note")  # beside the box it speaks of
-        step = gr.Slider(0, 1_000_000, value=0, step=1, label="Training step", elem_id="inspect-step")  # per run
-        caption = gr.Markdown(elem_id="inspect-caption")
-        # the figures carry their own titles: a label above them would repeat (and cover) them
-        plots = [gr.Plot(label=KIND_TITLES[k], show_label=False, visible=False, elem_id=f"attn-{k}") for k in KINDS]
-        build_intervene_panel(ctx, run, source, text, step)  # the answer, interventions, head importance, logit lens
-        gr.Markdown("### Positional encodings, side by side")
-        with gr.Row():
-            sides = []
-            for side in ("A", "B"):
-                with gr.Column(min_width=300):  # a side's picker above its figures (stacked on a phone)
-                    if side == "A":
-                        pick = run
-                        a_label = gr.Textbox(label="A: the run chosen above", interactive=False,
-                                             elem_id="inspect-run-a")
-                    else:
-                        pick = gr.Dropdown([], label="B: compare with run", elem_id="inspect-run-b",
-                                           allow_custom_value=True)
-                    pca = gr.Plot(label=f"PCA of position vectors ({side})", show_label=False, visible=False,
-                                  elem_id=f"pca-{side}")
-                    fig = gr.Plot(label=f"Similarity / relative pattern ({side})", show_label=False,
-                                  elem_id=f"pe-fig-{side}")
-                    side_note = gr.Markdown(elem_id=f"pe-note-{side}")
-                    sides.append((pick, side, pca, fig, side_note))
-        run_b = sides[1][0]
-
-    @errors_as_messages
-    def on_tab():
-        ch = run_choices(ctx)
-        first = ch[0][1] if ch else None
-        return gr.Dropdown(choices=ch, value=first), gr.Dropdown(choices=ch, value=ch[1][1] if len(ch) > 1 else first)
-
-    tab.select(on_tab, outputs=[run, run_b], api_name="inspect_runs")
-    att_inputs = [run, source, text, step]
-    triggers = {"inspect-run": "run", "inspect-text": "text"}
-
-    @errors_as_messages
-    def view(run_id: Any, source: Any, text: Any, step: Any, evt: gr.EventData):
-        return attention_view(ctx, run_id, source, text, step, triggers.get(getattr(evt.target, "elem_id", ""), ""))
-
-    # One event for every change, so the draws apply in order (always_last): two events could finish
-    # out of order and leave a picture of another run or probe on screen. preprocess=False: the Radio's
-    # and Slider's own checks would refuse a bad value with a message naming no field; checked_inputs
-    # names it (raw values of these widgets are what the callbacks expect anyway).
-    gr.on([run.change, source.input, text.submit, step.release], view, inputs=att_inputs,
-          outputs=Shown.wired(**dict(zip(KINDS, plots)), caption=caption, note=note, step=step, source=source),
-          api_name="attention_view", trigger_mode="always_last",
-          preprocess=False, show_progress_on=plots + [caption])
-    # the note follows the box as it changes (typed or pasted): it goes as soon as the input is fixed
-    text.change(with_api_params(errors_as_messages(lambda *a: typed_note(ctx, *a)), ["run_id", "source", "text"]),
-               inputs=[run, source, text], outputs=note, api_name="check_typed_input", trigger_mode="always_last",
-               preprocess=False, show_progress="hidden")
-    # API only (no trigger on the page): the slider's snapshots, and attention that refuses a bad input
-    gr.on([], with_api_params(errors_as_messages(lambda r: step_slider(ctx, r)), ["run_id"]), inputs=run,
-          outputs=step, api_name="snapshot_steps")
-    draw = with_api_params(errors_as_messages(lambda *a: attention_figures(ctx, *a)),
-                           ["run_id", "source", "text", "step"])
-    for name in ("attention_for_run", "attention"):
-        gr.on([], draw, inputs=att_inputs, outputs=Drawn.wired(**dict(zip(KINDS, plots)), caption=caption),
-              api_name=name, preprocess=False)
-    run.change(with_api_params(errors_as_messages(lambda r: run_label(ctx, r)), ["run_id"]), inputs=run,
-               outputs=a_label, api_name="run_label", show_progress="hidden")
-    for pick, side, pca, fig, side_note in sides:
-        pick.change(with_api_params(errors_as_messages(lambda r, s=side: positional_panel(ctx, r, s)), ["run_id"]),
-                    inputs=pick, outputs=[pca, fig, side_note], api_name=f"positional_{side.lower()}")
-    return tab

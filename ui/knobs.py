@@ -164,12 +164,10 @@ def lengths_for_task(task: Any, min_len: Any, max_len: Any, text: Any = "") -> t
 
 
 def wire_task_choice(widgets: dict[str, gr.components.Component]) -> None:
-    """Choosing a task hides the task knobs it does not read and, when the user picks it, sets lengths it
-    accepts. Visibility follows every change of the task (a link or an uploaded config sets it too); the
-    lengths only the user's own pick (`.input`): a link's or a file's lengths stay as they were set."""
+    """When the user picks a task (`.input`), set lengths it accepts: a link's or a file's lengths stay as
+    they were set. Which knobs are shown follows every change of the task (a link or an uploaded config sets
+    it too): `shown_for_task`, answered by the Train tab's one knob event (ui/train.py)."""
     task = widgets["task.name"]
-    task.change(shown_for_task, inputs=task, outputs=[widgets[k.key] for k in TASK_SHOWN], api_name="show_task_knobs",
-                queue=False, show_progress="hidden", preprocess=False)
     task.input(lambda *a: list(lengths_for_task(*a)), inputs=[task, *(widgets[k] for k in LENGTH_KEYS),
                widgets["task.text"]], outputs=[widgets[k] for k in LENGTH_KEYS], api_name="task_lengths", queue=False,
                show_progress="hidden", preprocess=False)

@@ -74,18 +74,23 @@ def load_text_file(file: Any) -> tuple[Any, str]:
                   "context, in the loss curves' unit).")
 
 
-def build_text_upload(widgets: dict[str, gr.components.Component]) -> None:
-    """The upload button and its note, right under the text box (call it just after the task's knobs);
-    shown, with the box, only while Task is text."""
-    other, wanted = BY_KEY[FIELD].when or ("task.name", "text")
-    box, task = widgets[FIELD], widgets[other]
+def build_text_upload(widgets: dict[str, gr.components.Component]) -> list[gr.components.Component]:
+    """The upload button and its note, right under the text box (call it just after the task's knobs).
+    Returns what is shown only while Task is text: the box, the button and the note (the Train tab's one
+    knob event sets their visibility with `text_box_shown`)."""
+    box = widgets[FIELD]
     visible = bool(getattr(box, "visible", True))
     # no file_types: the browser would refuse another name (picture.png) with a toast of its own before this
     # handler runs, and the note would still speak of the previous file; every file is read and answered here
     upload = gr.UploadButton("Load a text file", size="sm", visible=visible, elem_id="text-upload")
     note = gr.Markdown("", visible=visible, elem_id="text-upload-note")
+    # preprocess=False: gradio's own file-type check would refuse a file with a message naming no field
     upload.upload(load_text_file, inputs=upload, outputs=[box, note], api_name="upload_text", preprocess=False,
                   show_progress_on=[note])
-    # preprocess=False: gradio's own file-type check would refuse a file with a message naming no field
-    task.change(lambda value: [gr.update(visible=value == wanted)] * 3, inputs=task, outputs=[box, upload, note],
-                api_name="show_text_box", queue=False, show_progress="hidden", preprocess=False)
+    return [box, upload, note]
+
+
+def text_box_shown(task: Any) -> list[dict[str, Any]]:
+    """Updates of the text box, its upload button and its note when `task` is chosen: shown for the text task only."""
+    wanted = (BY_KEY[FIELD].when or ("task.name", "text"))[1]
+    return [gr.update(visible=task == wanted)] * 3

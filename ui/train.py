@@ -8,17 +8,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import gradio as gr
 
 from ui.common import AppContext, with_api_params
 from ui.gpu import gpu_available, wire_gpu_button
-from ui.grid import GridPanel, build_grid_panel
-from ui.knobs import KNOB_KEYS, KNOBS, build_widgets, config_from_values, wire_task_choice
+from ui.grid import GridPanel, axis_inputs, build_grid_panel, on_preview
+from ui.knobs import KNOB_KEYS, KNOBS, TASK_SHOWN, build_widgets, config_from_values, shown_for_task, wire_task_choice
 from ui.live import ACC_TITLE, FrameCache, live_frames
 from ui.share import build_share_panel
-from ui.textfile import build_text_upload
+from ui.textfile import build_text_upload, text_box_shown
 from ui.train_events import (NO_RUN, ContinueOut, DeleteOut, PollOut, StartOut, TrainView, describe, knob_values,
                              load_handler, load_outputs, on_continue, on_delete, on_delete_ask, on_poll, on_start,
                              on_stop, problem, remembered, validate)
@@ -45,7 +45,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                     "if you close the tab; find them again under *Run shown* or in **Compare**.")
         with gr.Row(elem_id="train-main"):  # on a phone the Start column comes first (app.py's CSS)
             with gr.Column(scale=2, min_width=320):
-                widgets = _knob_panel()
+                widgets, text_parts = _knob_panel()
             with gr.Column(scale=3):
                 summary = gr.Markdown(validate(*[k.default() for k in KNOBS], ctx=ctx), elem_id="config-summary")
                 with gr.Row():
@@ -84,6 +84,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
         seen = gr.State({})  # what this page's last poll sent (ui/live.py)
     view = TrainView(widgets, summary, start, note, confirm_row, confirm_text, run_pick, progress, more, cont_note,
                      loss_plot, acc_plot, timer, seen, grid, my_runs, owner)
+    wire_knob_changes(ctx, view, text_parts)
     wire_train_tab(ctx, view, {"stop": stop, "delete": delete, "gpu": gpu_btn, "continue": cont,
                                "confirm_yes": confirm_yes, "confirm_no": confirm_no})
     return TrainTab(widgets, run_pick, load_handler(ctx, view), [my_runs, owner], load_outputs(view), grid)
@@ -97,8 +98,8 @@ def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button])
     names = [k.url_key for k in KNOBS]
     # preprocess=False on every event that reads the knobs: the widgets' own checks (slider bounds, dropdown
     # choices) would reject a bad value with a message that names no field; config_from_values names it.
-    gr.on(changes, with_api_params(partial(validate, ctx=ctx), names), inputs=inputs, outputs=v.summary,
-          api_name="validate", show_progress="hidden", trigger_mode="always_last", preprocess=False)
+    gr.on([], with_api_params(partial(validate, ctx=ctx), names), inputs=inputs, outputs=v.summary,
+          api_name="validate", show_progress="hidden", preprocess=False)  # API only: see wire_knob_changes
     gr.on(changes, None, outputs=v.note, js="() => ''", show_progress="hidden", api_name="clear_start_note",
           queue=False)  # a changed knob may be what a refused Start named: its note goes (in the browser)
     v.start.click(with_api_params(partial(on_start, ctx), names + ["my_runs", "owner"]),
@@ -128,14 +129,36 @@ def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button])
                                  outputs=DeleteOut.wired(v), api_name="delete", show_progress_on=[v.note])
 
 
-def _knob_panel() -> dict[str, gr.components.Component]:
+def on_knobs_changed(ctx: AppContext, *values: Any) -> list:
+    """The page's answer to a change of any knob or grid axis (`values`: the knobs in KNOB_KEYS order, then
+    the grid's axes and values): the summary, the grid's preview, which task knobs are shown, and whether
+    the text box (with its upload button and note) is."""
+    knobs = values[:len(KNOB_KEYS)]
+    task = knobs[KNOB_KEYS.index("task.name")]
+    return [validate(*knobs, ctx=ctx), on_preview(ctx, *values), *shown_for_task(task), *text_box_shown(task)]
+
+
+def wire_knob_changes(ctx: AppContext, v: TrainView, text_parts: list) -> None:
+    """One event answers every knob and grid-axis change. Gradio runs an `always_last` event that was
+    triggered while it ran once more when it ends by dispatching the first trigger's event again, to every
+    listener of that event; two such listeners on one control (the summary and the grid's preview) could
+    re-run each other for ever. tests/test_event_wiring.py checks the rule for every event of the app."""
+    watched = [v.widgets[k] for k in KNOB_KEYS] + axis_inputs(v.grid)
+    gr.on([w.change for w in watched], partial(on_knobs_changed, ctx), inputs=watched,
+          outputs=[v.summary, v.grid.preview, *(v.widgets[k.key] for k in TASK_SHOWN), *text_parts],
+          api_name="knobs_changed", show_progress="hidden", trigger_mode="always_last", preprocess=False)
+
+
+def _knob_panel() -> tuple[dict[str, gr.components.Component], list]:
+    """The knobs' widgets by key, and the components shown only for the text task (ui/textfile.py)."""
     widgets: dict[str, gr.components.Component] = {}
+    text_parts: list = []
     for sec, title in {"task": "Task", "model": "Model", "train": "Training"}.items():
         with gr.Accordion(title, open=True):
             widgets.update(build_widgets(sec))
             if sec == "task":
-                build_text_upload(widgets)  # under the "Your text" box, the last of the task's knobs
+                text_parts = build_text_upload(widgets)  # under the "Your text" box, the last task knob
             if any(k.advanced and k.key.startswith(sec + ".") for k in KNOBS):
                 with gr.Accordion(f"Advanced {title.lower()} settings", open=False, elem_id=f"advanced-{sec}"):
                     widgets.update(build_widgets(sec, advanced=True))
-    return widgets
+    return widgets, text_parts
