@@ -17,7 +17,7 @@ from lab.engine.store import RunStore
 from lab.teach.presets import PRESETS
 from tests.helpers import launch_app
 from ui.common import AppContext
-from ui.presets import newest_runs, run_result
+from ui.presets import newest_runs, run_result, wanted
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 NOT_RUN = "Not run on this server yet"
@@ -42,7 +42,7 @@ def expected(store: RunStore, key: str, ids: dict[str, str]) -> str:
     """The preset's explanation of exactly these runs (run name -> id)."""
     ctx = AppContext(store, None)  # run_result reads the store only
     preset = PRESETS[key]
-    return preset.explain({name: run_result(ctx, r, store.summary(r), knockout=name in preset.knockout)
+    return preset.explain({name: run_result(ctx, r, store.summary(r), wanted(preset, name))
                            for name, r in ids.items()})
 
 

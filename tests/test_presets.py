@@ -14,11 +14,12 @@ from lab.config import RunConfig
 from lab.derived import derived_n_ctx
 from lab.engine.recorder import summary_of
 from lab.teach.attention_measures import previous_token_share
-from lab.teach.presets import LN_RUNS, METRICS, PES, PRESETS, SEEDS, Preset
+from lab.teach.presets import LN_RUNS, METRICS, PES, PRESETS, RESID_RUNS, SEEDS, Preset
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
 from lab.tasks import get_task
 
-EXPECTED = {"hello_sort", "induction", "pre_post_ln", "short_long", "beyond", "encoder_decoder", "grokking"}
+EXPECTED = {"hello_sort", "induction", "pre_post_ln", "short_long", "beyond", "encoder_decoder", "grokking",
+            "why_attention", "why_residuals"}
 
 
 # ---- fast: well-formed -----------------------------------------------------------------------------
@@ -26,7 +27,8 @@ def test_every_preset_of_the_issue_is_there():
     assert set(PRESETS) == EXPECTED
     titles = {p.title for p in PRESETS.values()}
     assert {"Hello, sort", "Induction heads", "Pre-LN vs post-LN", "Train short, test long",
-            "Positions beyond training", "Original encoder-decoder", "Grokking"} == titles
+            "Positions beyond training", "Original encoder-decoder", "Grokking", "Why attention, not recurrence",
+            "Why residual connections"} == titles
 
 
 @pytest.mark.parametrize("key", sorted(EXPECTED))
@@ -146,6 +148,54 @@ def test_explain_grokking():
     assert "100% with weight decay and 41% without" in grok and "jumps" in grok and "Both fitted" in grok
     assert "generalised too" in say("grokking", res(1.0, 0.95))
     assert "did not happen" in say("grokking", res(0.4, 0.4))
+
+
+def test_explain_why_attention():
+    def res(em_t, em_l, distance=None):
+        t = {**summ(0.001, em_t), "params": 105_600, "tokens_per_s": 30_000.0,
+             "evals": [{"step": 60, "elapsed_s": 3.0, "exact_match": 0.4}, {"step": 90, "elapsed_s": 6.2, "exact_match": 1.0}]}
+        return {"Transformer": t, "LSTM": {**summ(1.3, em_l), "params": 105_440, "tokens_per_s": 45_000.0,
+                                           "distance": distance or {}}}
+
+    good = say("why_attention", res(1.0, 0.0, {"1": 0.98, "17": 0.5, "31": 0.2}))  # keys as JSON stores them
+    assert "from step 90 on (6 s)" in good and "105,600 and 105,440" in good and "exact-match 0%" in good
+    assert "right 98% of the time when the token to copy was 1 position back and 20% when it was 31 back" in good
+    assert "one step at a time" in good and "bottleneck" not in good
+    flat = say("why_attention", res(1.0, 0.0, {"1": 0.35, "31": 0.37}))
+    assert "35%" in flat and "37% when it was 31 back, about the same at every distance" in flat and "bottleneck" in flat
+    assert "Speed did not decide it: the LSTM trained at 45,000 tokens/s against the Transformer's 30,000" in good
+    assert "did not solve" in say("why_attention", res(0.8, 0.1))
+    assert "No separation" in say("why_attention", res(1.0, 1.0))
+
+
+def test_explain_why_residuals():
+    def res(*losses):
+        return dict(zip(RESID_RUNS, (summ(v) for v in losses)))
+
+    good = say("why_residuals", res(0.12, 2.28, 0.14, 2.29))
+    assert "pre-LN 0.12 and post-LN 0.14; without them 2.28 and 2.29" in good and "never left guessing" in good
+    assert "not by the usual margin" in say("why_residuals", res(0.12, 1.5, 0.14, 1.9))
+    assert "No separation" in say("why_residuals", res(2.2, 2.28, 2.25, 2.29))
+
+
+def test_accuracy_by_distance_counts_each_answer_token_at_2j_plus_1():
+    """A model that reverses every prompt exactly except answer token 1 (3 positions after its source)."""
+    from types import SimpleNamespace
+
+    from lab.teach.distance import accuracy_by_distance
+
+    cfg = PRESETS["why_attention"].runs[0]
+    p = cfg.task.max_len
+
+    class Reverser(torch.nn.Module):
+        def forward(self, inp, src=None):
+            t = torch.arange(inp.shape[1])  # position t >= p writes answer token t - p: the prompt's token 2p - 1 - t
+            pred = inp[:, torch.where(t >= p, 2 * p - 1 - t, t)]  # (B, T)
+            pred[:, p + 1] = (pred[:, p + 1] + 1) % cfg.task.n_symbols  # answer token 1: wrong
+            return SimpleNamespace(logits=torch.nn.functional.one_hot(pred, 64).float())  # (B, T, vocab)
+
+    acc = accuracy_by_distance(Reverser(), cfg, n_samples=32)
+    assert acc == {d: 0.0 if d == 3 else 1.0 for d in range(1, 2 * p, 2)}  # 1, 3, ..., 31
 
 
 def test_explain_names_missing_runs():
@@ -289,6 +339,38 @@ def test_encoder_decoder_reverses_with_anti_diagonal_cross_attention():
     hits = [(cross[layer].mean(0).argmax(-1) == n - 1 - np.arange(n)).mean() for layer in range(len(cross))]
     assert max(hits) >= 0.75, hits
     assert "anti-diagonal" in r.text
+
+
+@pytest.mark.slow
+def test_attention_reverses_where_an_lstm_of_the_same_size_fails_far_back():
+    from lab.teach.distance import accuracy_by_distance, near_and_far
+    from lab.teach.presets import measured
+    from lab.views.analysis import load_model
+
+    preset = PRESETS["why_attention"]
+    r = Ran(preset)
+    t, lstm = preset.runs
+    assert abs(r.summaries["Transformer"]["params"] / r.summaries["LSTM"]["params"] - 1) < 0.01  # the same size
+    assert r.ev("Transformer", "exact_match") == 1.0 and r.ev("LSTM", "exact_match") < 0.5, r.summaries
+    dist = accuracy_by_distance(load_model(lstm, r.weights["LSTM"]), lstm)
+    _, near, _, far = near_and_far(dist)
+    print(f"\n[why_attention] LSTM accuracy by distance {dist}")
+    assert max(dist.values()) < 0.9, dist  # it loses tokens at every distance, the nearest included
+    assert min(accuracy_by_distance(load_model(t, r.weights["Transformer"]), t).values()) == 1.0
+    results = {n: measured(r.summaries[n], [e.__dict__ for e in r.records[n] if isinstance(e, EvalRecord)],
+                           distance=dist if n == "LSTM" else None) for n in r.summaries}
+    text = preset.explain(results)
+    assert "reversed every held-out sequence" in text and "from step" in text, text
+    assert f"right {100 * near:.0f}% of the time" in text and f"{100 * far:.0f}% when it was 31 back" in text, text
+
+
+@pytest.mark.slow
+def test_deep_stacks_learn_only_with_residual_connections():
+    r = Ran(PRESETS["why_residuals"])
+    chance = math.log(10)
+    on, off = [r.ev(n) for n in RESID_RUNS[0::2]], [r.ev(n) for n in RESID_RUNS[1::2]]
+    assert max(on) < 0.5 * chance and min(off) > 0.9 * chance, r.summaries
+    assert "never left guessing" in r.text
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.derived import run_config  # n_ctx: the task's longest sequence, as the app and the CLI derive it
 from lab.teach.attention_measures import anti_diagonal_words, knockout_sentence
+from lab.teach.distance import near_and_far
 from lab.teach.loss_reading import first_step, held_from
 from lab.views.curves import CURVES
 from lab.views.probing import measured_on
@@ -38,6 +39,7 @@ class Preset:
     wall_s: float  # measured wall time of all runs, one after another, 1 thread each, on the dev CPU
     _explain: Callable[[Results], str] = field(repr=False, compare=False, default=lambda r: "")
     knockout: tuple[str, ...] = ()  # runs whose head importance the explanation quotes (measured on their weights)
+    distance: tuple[str, ...] = ()  # runs whose accuracy by distance it quotes (lab/teach/distance.py, their weights)
 
     def explain(self, results: Results) -> str:
         """1-3 sentences built from the measured summaries; says which runs are missing, if any."""
@@ -52,13 +54,14 @@ class Preset:
 # ---- reading results ---------------------------------------------------------------------------------
 def measured(summary: dict[str, Any], evals: Optional[list[dict[str, Any]]] = None,
              train: Optional[list[tuple[int, float]]] = None, attention: Optional[dict[str, Any]] = None,
-             knockout: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+             knockout: Optional[dict[str, Any]] = None, distance: Optional[dict[int, float]] = None) -> dict[str, Any]:
     """A run's result as the explanations read it: its summary, plus (when known) its held-out curve
     (`evals`: one dict per evaluation, oldest first, with step, loss, exact_match...), its training-loss
     curve (`train`: (step, loss)), its last attention snapshot (kind -> (layers, heads, Tq, Tk)) and, for the
-    runs a preset names in `knockout`, its head knockout (lab.views.probing.knockout_summary)."""
+    runs a preset names in `knockout`, its head knockout (lab.views.probing.knockout_summary), and for those
+    named in `distance`, its held-out accuracy by distance (lab.teach.distance.accuracy_by_distance)."""
     return {**summary, "evals": evals or [], "train": train or [], "attention": attention or {},
-            "knockout": knockout or {}}
+            "knockout": knockout or {}, "distance": distance or {}}
 
 
 def _ev(r: Results, name: str, key: str = "loss") -> float:
@@ -284,6 +287,79 @@ def _explain_grok(r: Results) -> str:
     return fit + "The jump did not happen within these steps this time; grokking can take much longer."
 
 
+# ---- Why attention, not recurrence ---------------------------------------------------------------
+# About the same size: 105,600 parameters (the Transformer) and 105,440 (the LSTM: each layer's 4 gates hold
+# (d + d) x d weights, so d = 80 matches 2 Transformer layers of d = 64 with d_ff = 256).
+RECUR = run_config(
+    model=ModelConfig(n_layers=2, n_heads=4, d_model=64, d_ff=256, norm="pre", pos="learned"),
+    task=TaskConfig(name="reverse", min_len=16, max_len=16, n_symbols=10),
+    train=TrainConfig(steps=600, batch_size=64, lr=3e-3, warmup=50, eval_every=30),
+)
+RECUR_RUNS = ("Transformer", "LSTM")
+
+
+def _solved_at(run: dict) -> tuple[Optional[int], Optional[float]]:
+    """(step, seconds) from which held-out exact-match stayed at or above SOLVED, or (None, None)."""
+    step = held_from(run, "exact_match", lambda v: v >= SOLVED)
+    at = next((e for e in run.get("evals") or () if e.get("step") == step), {})
+    return step, at.get("elapsed_s")
+
+
+def _explain_recurrence(r: Results) -> str:
+    t, lstm = (r[n] for n in RECUR_RUNS)
+    em_t, em_l = _ev(r, "Transformer", "exact_match"), _ev(r, "LSTM", "exact_match")
+    step, secs = _solved_at(t)
+    size = f"{t.get('params', 0):,} and {lstm.get('params', 0):,} parameters"
+    speed = ""
+    if t.get("tokens_per_s") and lstm.get("tokens_per_s"):
+        tps = f"{lstm['tokens_per_s']:,.0f} tokens/s against the Transformer's {t['tokens_per_s']:,.0f}"
+        speed = (f" Speed did not decide it: the LSTM trained at {tps}." if lstm["tokens_per_s"] >= t["tokens_per_s"]
+                 else f" The LSTM was also slower: {tps}.")
+    far = ""
+    if lstm.get("distance"):
+        d0, a0, d1, a1 = near_and_far(lstm["distance"])
+        far = (f" The LSTM's answer tokens were right {_pct(a0)} of the time when the token to copy was {d0} position "
+               f"back and {_pct(a1)} when it was {d1} back")
+        far += (": it must carry each token through its state, one step at a time, while attention reads any "
+                "earlier position in one step." if a1 < a0 - 0.2 else
+                ", about the same at every distance: its one state vector must hold all 16 symbols when the answer "
+                "starts (the bottleneck attention removed: Bahdanau et al. 2015).")
+    if em_t >= 0.99 and em_l < 0.5:
+        when = f" from step {step} on ({secs:.0f} s)" if step and secs else ""
+        return (f"The Transformer reversed every held-out sequence of 16 symbols{when}; the LSTM, at about the same "
+                f"size ({size}), reached exact-match {_pct(em_l)} in {RECUR.train.steps} steps." + far + speed)
+    if em_t > em_l:
+        return (f"The Transformer did better (exact-match {_pct(em_t)} against the LSTM's {_pct(em_l)}, {size}) but "
+                "did not solve the task this time; train longer." + far)
+    return (f"No separation this time: exact-match {_pct(em_t)} (Transformer) and {_pct(em_l)} (LSTM), {size}. "
+            "The paper's argument is about long paths; at this length the LSTM kept up." + far)
+
+
+# ---- Why residual connections ---------------------------------------------------------------------
+RESID = run_config(
+    model=ModelConfig(n_layers=6, n_heads=4, d_model=64, d_ff=256, norm="pre", pos="learned"),
+    task=TaskConfig(name="sort", min_len=12, max_len=12, n_symbols=10),
+    train=TrainConfig(steps=200, batch_size=64, lr=3e-3, warmup=30, eval_every=10),
+)
+RESID_RUNS = ("pre-LN", "pre-LN, no residuals", "post-LN", "post-LN, no residuals")
+
+
+def _explain_residuals(r: Results) -> str:
+    pre, pre_off, post, post_off = (_ev(r, n) for n in RESID_RUNS)
+    chance = math.log(RESID.task.n_symbols)
+    head = (f"Held-out loss after {RESID.train.steps} steps, 6 layers deep: with residual connections pre-LN "
+            f"{_n(pre)} and post-LN {_n(post)}; without them {_n(pre_off)} and {_n(post_off)} (guessing: "
+            f"ln {RESID.task.n_symbols} = {chance:.2f}). ")
+    if max(pre, post) < 0.5 * chance and min(pre_off, post_off) > 0.9 * chance:
+        return head + ("Without the identity path x + f(x), every layer's input is the previous layer's output "
+                       "alone: the signal and its gradient pass through six transformations, and the stack never "
+                       "left guessing. With it, each layer adds a small correction to a stream the gradient "
+                       "reaches directly, so both norm placements learn (He et al. 2016).")
+    if max(pre, post) < min(0.9 * chance, pre_off, post_off):
+        return head + "Residual connections helped, but not by the usual margin this time: try another seed."
+    return head + "No separation this time: try another seed or more steps."
+
+
 PRESETS: dict[str, Preset] = {p.key: p for p in (
     Preset(
         "hello_sort", "Hello, sort",
@@ -334,4 +410,22 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "(a + b is symmetric), so it groks within 2200 steps on a CPU; the ablation uses the same 40%",
         (_variant(GROK, "weight decay 1.0"), _variant(GROK, "weight decay 0", train=dict(weight_decay=0.0))),
         "held-out exact-match", 134.0, _explain_grok),
+    Preset(
+        "why_attention", "Why attention, not recurrence",
+        "A Transformer and an LSTM of about the same size reverse 16 symbols. Which solves it in 600 steps, and "
+        "which answer tokens does the other get wrong: the first ones written or the last?",
+        "Vaswani et al. 2017, section 4 and Table 1: self-attention connects any two positions in O(1) steps, a "
+        "recurrent layer in O(n); here an LSTM (Hochreiter and Schmidhuber 1997) in the decoder-only format",
+        (_variant(RECUR, RECUR_RUNS[0]),
+         _variant(RECUR, RECUR_RUNS[1], model=dict(arch="lstm", n_heads=1, d_model=80, d_ff=0, norm="none", pos="none"))),
+        "held-out exact-match", 68.0, _explain_recurrence, distance=("LSTM",)),
+    Preset(
+        "why_residuals", "Why residual connections",
+        "Four 6-layer Transformers sort 12 symbols: pre-LN and post-LN, each with and without residual "
+        "connections (x + f(x), or f(x) alone). Which of the four learn in 200 steps?",
+        "Vaswani et al. 2017, section 3.1 (a residual connection around each sublayer); He et al. 2016, Deep "
+        "Residual Learning for Image Recognition",
+        tuple(_variant(RESID, n, model=dict(norm="post" if n.startswith("post") else "pre",
+                                            residual="off" if "no residuals" in n else "on")) for n in RESID_RUNS),
+        "held-out loss", 200.0, _explain_residuals),
 )}
