@@ -95,6 +95,16 @@ def test_dot_product_spread_grows_as_sqrt_dk_and_scaling_removes_it():
     np.testing.assert_allclose(spread["scaled"], 1.0, rtol=0.06)
 
 
+def test_without_the_scaling_wide_heads_attend_to_one_key():
+    """The softmax's entropy over 16 random keys: unchanged by d_k with the scaling (scores of variance 1), falling
+    towards one-hot (0 nats) without it, as the scores' variance grows as d_k."""
+    spread = lessons.dot_product_spread()
+    h, h_raw = spread["entropy_scaled"], spread["entropy_unscaled"]
+    assert h.max() - h.min() < 0.1 and 2.2 < h.mean() < np.log(16)  # variance-1 scores: not uniform, never sharp
+    assert np.all(np.diff(h_raw[1:]) < 0) and h_raw[0] == pytest.approx(h[0])  # d_k = 1: the same scores
+    assert h_raw[spread["d_k"] == 128][0] < 0.4 and h_raw[-1] < 0.2  # nearly one-hot
+
+
 @pytest.mark.parametrize("name", ["decoder", "encoder-decoder", "default"])
 def test_only_the_mask_keeps_the_future_out(subjects, name):
     s = subjects[name]
@@ -172,7 +182,7 @@ def test_parameter_count_against_layers_is_the_closed_form_and_the_model(cfg):
 def test_every_page_draws(subjects, name, key):
     fig, caption = page_figure(key, subjects[name])
     assert isinstance(fig, Figure) and fig.axes
-    assert 20 < len(caption) < 600 and "nan" not in caption.lower(), caption
+    assert 20 < len(caption) < 600 and "nan" not in caption.lower() and "{" not in caption, caption  # formatted
     assert len(to_png(fig, dpi=30)) > 2000
 
 

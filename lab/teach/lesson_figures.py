@@ -7,6 +7,8 @@ lab.views.plots, whose attention grid the heads and cross-attention pages reuse.
 """
 from __future__ import annotations
 
+import math
+
 import textwrap
 from typing import Callable, Optional, Sequence
 
@@ -140,8 +142,14 @@ def scaling(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     dk = a.q.shape[2]
     a1.axvline(dk, color="0.3", ls="--", lw=1, label=f"this model: d_k = {dk}")
     a1.set_xlabel("d_k")
-    a1.set_title("std of the score, random unit-variance q, k", fontsize=9)
-    a1.legend(fontsize=7)
+    a1.set_ylabel("std of the score (solid)", fontsize=8)
+    a1.set_title("random unit-variance q, k", fontsize=9)
+    ent = a1.twinx()  # the softmax's entropy over 16 keys: ln 16 is uniform, 0 one-hot
+    ent.semilogx(spread["d_k"], spread["entropy_unscaled"], "s--", color=RED, alpha=0.6, ms=3)
+    ent.semilogx(spread["d_k"], spread["entropy_scaled"], "s--", color=BLUE, alpha=0.6, ms=3)
+    ent.set_ylim(0, math.log(spread["keys"]) * 1.05)
+    ent.set_ylabel(f"softmax entropy, {spread['keys']} keys (dashed)", fontsize=7)
+    a1.legend(fontsize=7, loc="upper left")
     a1.grid(alpha=0.3)
     i = int(np.argmin(np.abs(spread["d_k"] - dk)))
     peak, peak_raw = a.pattern.max(-1).mean(), a.unscaled.max(-1).mean()
@@ -150,8 +158,13 @@ def scaling(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     how = "" if own else " (q, k at unit variance)"
     _heat(fig, a2, scaled[0], f"with the scaling{how}", rows=a.labels, cols=a.labels, vmin=0, vmax=1)
     _heat(fig, a3, unscaled[0], f"scaling removed{how}", rows=a.labels, cols=a.labels, vmin=0, vmax=1)
+    top = len(spread["d_k"]) - 1
     text = (f"At d_k = {spread['d_k'][i]}, random scores spread {spread['unscaled'][i]:.1f} unscaled against "
-            f"{spread['scaled'][i]:.2f} scaled. In this model the largest weight per row averages {peak:.2f}; "
+            f"{spread['scaled'][i]:.2f} scaled; a softmax over {spread['keys']} random keys keeps "
+            f"{spread['entropy_scaled'][i]:.2f} nats of entropy scaled, {spread['entropy_unscaled'][i]:.2f} unscaled "
+            f"(at d_k = {spread['d_k'][top]}: {spread['entropy_scaled'][top]:.2f} against "
+            f"{spread['entropy_unscaled'][top]:.2f}; uniform is ln {spread['keys']} = {math.log(spread['keys']):.2f}). "
+            f"In this model the largest weight per row averages {peak:.2f}; "
             f"without the scaling it would be {peak_raw:.2f}.")
     if own:
         return fig, text

@@ -174,18 +174,27 @@ def first_layer_attention(subject: Subject, probe: ProbeInput) -> AttentionParts
 
 
 def dot_product_spread(d_ks: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-                       n: int = 4096, seed: int = 0) -> dict[str, np.ndarray]:
-    """Standard deviation of q.k and of q.k/sqrt(d_k) for q, k with independent N(0, 1) entries: the
-    argument for the scaling (Vaswani et al. 2017, sec. 3.2.1, footnote 4)."""
+                       n: int = 4096, seed: int = 0, keys: int = 16, rows: int = 512) -> dict[str, np.ndarray]:
+    """Standard deviation of q.k and of q.k/sqrt(d_k) for q, k with independent N(0, 1) entries, and the mean
+    entropy (nats) of one query's softmax over `keys` such keys, with and without the scaling (`rows`
+    queries): the argument for the scaling (Vaswani et al. 2017, sec. 3.2.1, footnote 4). Uniform attention
+    over `keys` keys has entropy ln(keys); a one-hot row has 0."""
     gen = torch.Generator().manual_seed(seed)
-    raw, scaled = [], []
+    raw, scaled, h_raw, h_scaled = [], [], [], []
     for dk in d_ks:
         q, k = torch.randn(n, dk, generator=gen, dtype=torch.float64), torch.randn(n, dk, generator=gen,
                                                                                     dtype=torch.float64)
         dots = (q * k).sum(1)
         raw.append(float(dots.std()))
         scaled.append(float((dots / math.sqrt(dk)).std()))
-    return {"d_k": np.array(d_ks), "unscaled": np.array(raw), "scaled": np.array(scaled)}
+        qs = torch.randn(rows, 1, dk, generator=gen, dtype=torch.float64)
+        ks = torch.randn(rows, keys, dk, generator=gen, dtype=torch.float64)
+        scores = (qs * ks).sum(-1)  # (rows, keys)
+        for out, s_ in ((h_raw, scores), (h_scaled, scores / math.sqrt(dk))):
+            p = torch.softmax(s_, -1)
+            out.append(float(-(p * p.clamp_min(1e-300).log()).sum(-1).mean()))
+    return {"d_k": np.array(d_ks), "unscaled": np.array(raw), "scaled": np.array(scaled),
+            "entropy_unscaled": np.array(h_raw), "entropy_scaled": np.array(h_scaled), "keys": keys}
 
 
 # ---- what leaks without the causal mask ------------------------------------------------------
