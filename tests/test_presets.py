@@ -14,12 +14,12 @@ from lab.config import RunConfig
 from lab.derived import derived_n_ctx
 from lab.engine.recorder import summary_of
 from lab.teach.attention_measures import previous_token_share
-from lab.teach.presets import LN_RUNS, METRICS, PES, PRESETS, RESID_RUNS, SEEDS, Preset
+from lab.teach.presets import LN_RUNS, METRICS, PES, PRESETS, RESID_RUNS, SCALING_RUNS, SEEDS, Preset
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
 from lab.tasks import get_task
 
 EXPECTED = {"hello_sort", "induction", "pre_post_ln", "short_long", "beyond", "encoder_decoder", "grokking",
-            "why_attention", "why_residuals"}
+            "why_attention", "why_residuals", "why_scaling"}
 
 
 # ---- fast: well-formed -----------------------------------------------------------------------------
@@ -28,7 +28,7 @@ def test_every_preset_of_the_issue_is_there():
     titles = {p.title for p in PRESETS.values()}
     assert {"Hello, sort", "Induction heads", "Pre-LN vs post-LN", "Train short, test long",
             "Positions beyond training", "Original encoder-decoder", "Grokking", "Why attention, not recurrence",
-            "Why residual connections"} == titles
+            "Why residual connections", "Why 1/√d_k"} == titles
 
 
 @pytest.mark.parametrize("key", sorted(EXPECTED))
@@ -176,6 +176,16 @@ def test_explain_why_residuals():
     assert "pre-LN 0.12 and post-LN 0.14; without them 2.28 and 2.29" in good and "never left guessing" in good
     assert "not by the usual margin" in say("why_residuals", res(0.12, 1.5, 0.14, 1.9))
     assert "No separation" in say("why_residuals", res(2.2, 2.28, 2.25, 2.29))
+
+
+def test_explain_why_scaling():
+    def res(scaled, raw):
+        return dict(zip(SCALING_RUNS, (summ(scaled, 0.5), summ(raw, 0.2))))
+
+    good = say("why_scaling", res(0.6, 1.67))
+    assert "0.60 with the scaling (exact-match 50%), 1.67 without (20%)" in good and "footnote 4" in good
+    assert "not by the usual margin" in say("why_scaling", res(0.6, 0.8))
+    assert "did not slow learning" in say("why_scaling", res(0.6, 0.5))
 
 
 def test_accuracy_by_distance_counts_each_answer_token_at_2j_plus_1():
@@ -371,6 +381,14 @@ def test_deep_stacks_learn_only_with_residual_connections():
     on, off = [r.ev(n) for n in RESID_RUNS[0::2]], [r.ev(n) for n in RESID_RUNS[1::2]]
     assert max(on) < 0.5 * chance and min(off) > 0.9 * chance, r.summaries
     assert "never left guessing" in r.text
+
+
+@pytest.mark.slow
+def test_removing_the_scaling_slows_learning_at_a_wide_head():
+    r = Ran(PRESETS["why_scaling"])
+    scaled, raw = (r.ev(n) for n in SCALING_RUNS)
+    assert raw > 1.5 * scaled, r.summaries
+    assert "footnote 4" in r.text
 
 
 @pytest.mark.slow
