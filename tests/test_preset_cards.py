@@ -118,3 +118,25 @@ def test_another_browser_sees_every_presets_last_result(tmp_path):
             expect(page.locator("#preset-card-grokking")).to_contain_text(NOT_RUN)
             assert_no_errors(page)
     store.close()
+
+
+def test_the_why_attention_card_quotes_the_lstms_accuracy_by_distance(tmp_path):
+    """The card measures the LSTM's final weights (lab/teach/distance.py) and quotes the nearest and farthest
+    distance as measured there: the app's path from the store, not the test's."""
+    from lab.teach.distance import accuracy_by_distance, near_and_far
+    from lab.views.analysis import load_model
+
+    store = RunStore(tmp_path / "runs")
+    t_cfg, lstm_cfg = PRESETS["why_attention"].runs
+    ids = {"Transformer": stopped_run(store, t_cfg, 30), "LSTM": stopped_run(store, lstm_cfg, 30)}
+    demo = app.build_demo(store)
+    try:
+        card = preset_cards(demo)["why_attention"]
+    finally:
+        demo.lab_context.jobs.shutdown(wait=True)
+    dist = accuracy_by_distance(load_model(lstm_cfg, store.load_weights(ids["LSTM"])), lstm_cfg)
+    d0, near, d1, far = near_and_far(dist)
+    assert (d0, d1) == (1, 31) and sorted(dist) == list(range(1, 32, 2))
+    assert f"right {100 * near:.0f}% of the time when the token to copy was 1 position back and {100 * far:.0f}% " \
+           "when it was 31 back" in card, card
+    assert LAST in card and "(Stopped early: Transformer, LSTM.)" in card
