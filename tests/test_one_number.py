@@ -28,7 +28,7 @@ from lab.views.probing import MATTERS, importance_map, knockout_summary, median_
 from tests.helpers import app_context, trained_run
 from ui.intervene_parts import MapCache, api_call
 from ui.learn import page_view
-from ui.presets import run_result, wanted
+from lab.teach.preset_results import run_result, wanted
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -65,7 +65,7 @@ def test_preset_card_inspect_and_learn_quote_one_held_out_loss_and_one_knockout(
 
     # the preset card: what ui/presets.py reads of each finished run, explained by the preset
     preset = PRESETS["induction"]
-    results = {name: run_result(ctx, rid, ctx.store.summary(rid), wanted(preset, name))
+    results = {name: run_result(ctx.store, rid, ctx.store.summary(rid), wanted(preset, name))
                for name, rid in runs.items()}
     card = preset.explain(results)
     fell, n_card, step_card = found(rf"held-out loss on the repeated part fell to {NUM} on (\d+) held-out sequences "

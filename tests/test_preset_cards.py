@@ -16,8 +16,8 @@ from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
 from lab.teach.presets import PRESETS
 from tests.helpers import launch_app
-from ui.common import AppContext
-from ui.presets import newest_runs, run_result, wanted
+from lab.teach.preset_results import run_result, wanted
+from ui.presets import newest_runs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 NOT_RUN = "Not run on this server yet"
@@ -40,9 +40,8 @@ def preset_cards(demo) -> dict[str, str]:
 
 def expected(store: RunStore, key: str, ids: dict[str, str]) -> str:
     """The preset's explanation of exactly these runs (run name -> id)."""
-    ctx = AppContext(store, None)  # run_result reads the store only
     preset = PRESETS[key]
-    return preset.explain({name: run_result(ctx, r, store.summary(r), wanted(preset, name))
+    return preset.explain({name: run_result(store, r, store.summary(r), wanted(preset, name))
                            for name, r in ids.items()})
 
 

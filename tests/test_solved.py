@@ -3,15 +3,14 @@ after which every later evaluation stays there too, and the sentence says so. (A
 called "solved by step 325" although its held-out exact-match dipped below the target at step 350.)
 
 The curves are crafted metrics in a real run store, read back the way a preset's card and status line
-read them (`run_result` in ui/presets.py: the run's metrics frame, its evaluations oldest first).
+read them (`run_result` in lab/teach/preset_results.py: the run's metrics frame, its evaluations oldest first).
 """
 from __future__ import annotations
 
 from lab.engine.store import RunStore
 from lab.records import EvalRecord
 from lab.teach.presets import PRESETS, SOLVED
-from ui.common import AppContext
-from ui.presets import run_result
+from lab.teach.preset_results import run_result
 
 SORT = PRESETS["hello_sort"]
 DEFINITION = "(held-out exact-match at or above 99.9% from that evaluation on)"
@@ -29,7 +28,7 @@ def crafted_run(store: RunStore, cfg, curve: dict[int, float], key: str = "exact
                "eval": {"loss": 0.5, "token_acc": 0.9, "exact_match": 0.5} | {key: last}, "ood": None}
     store.write_summary(run_id, summary)
     store.set_status(run_id, "completed", step=max(curve))
-    return run_result(AppContext(store, None), run_id, summary)
+    return run_result(store, run_id, summary)
 
 
 def sort_curve(**at: float) -> dict[int, float]:

@@ -63,3 +63,54 @@ def test_the_docs_carry_the_reference_values():
     science = (REPO / "docs" / "SCIENCE.md").read_text(encoding="utf-8")
     for row in (BASE_ROW, *ROWS):
         assert f"{row.ppl:.2f} / {row.bleu:.1f}" in science, row
+
+
+def test_the_presets_explanation_is_the_table_with_a_count_of_its_marks():
+    from lab.teach.presets import PRESETS
+
+    losses = {"base": (1.0, 1.02, 1.04), "A h=1": (1.2, 1.25, 1.22), "A h=32": (1.0, 1.3, 1.1),
+              "B d_k/4": (1.3, 1.31, 1.32), "C N/3": (1.5, 1.6, 1.55), "D dropout 0": (0.9, 0.92, 0.91),
+              "E learned": (1.01, 1.03, 1.02)}
+    results = {f"{k} seed {s}": {"eval": {"loss": v[i], "exact_match": 0.0}, "stopped": False}
+               for k, v in losses.items() for i, s in enumerate(SEEDS)}
+    text = PRESETS["table3"].explain(results)
+    assert text.startswith("Of the paper's 6 variations, 3 moved this toy model the paper's way, 1 the opposite way "
+                           "and 2 stayed within the seeds' spread"), text
+    assert "| A h=1 | 1 head of d_k = d_model (constant compute) | 5.29 / 24.9 | 3.40 [3.32, 3.49] | " \
+           "same direction as the paper |" in text
+    assert "| D dropout 0 | no dropout | 5.77 / 24.6 |" in text and "| opposite |" in text
+    missing = PRESETS["table3"].explain({k: v for k, v in results.items() if k != "C N/3 seed 1"})
+    assert missing.startswith("No final results yet for: C N/3 seed 1.")
+
+
+def test_the_command_line_refuses_a_bad_preset_or_step_count(tmp_path):
+    import subprocess
+    import sys
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "lab", "preset", *args, "--runs-dir", str(tmp_path / "runs")],
+                              cwd=REPO, capture_output=True, text=True, timeout=120)
+
+    bad = run("table4")
+    assert bad.returncode == 2 and "invalid choice: 'table4'" in bad.stderr and "table3" in bad.stderr
+    zero = run("table3", "--steps", "0")
+    assert zero.returncode == 2 and "--steps" in zero.stderr and "allowed: 1 to 1000000" in zero.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # nothing half-written
+
+
+@pytest.mark.slow
+def test_the_whole_experiment_runs_from_the_command_line(tmp_path):
+    """21 runs at 6 steps each (the claim is made at the preset's settings; this checks the path): every run
+    completes, the cost is said before it starts, and the explanation is the table of all six rows."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "lab", "preset", "table3", "--steps", "6", "--json",
+                          "--runs-dir", str(tmp_path / "runs")], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stderr.startswith("preset table3 (Table 3 at toy scale): 21 runs") and "until all 21 runs are done" in out.stderr
+    got = json.loads(out.stdout)
+    assert len(got["runs"]) == 21 and all(r["state"] == "completed" and r["steps"] == 6 for r in got["runs"])
+    assert got["explanation"].startswith("Of the paper's 6 variations")
+    assert all(f"| {row.key} |" in got["explanation"] for row in ROWS) and "not run yet" not in got["explanation"]

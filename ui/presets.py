@@ -22,20 +22,15 @@ import gradio as gr
 
 from lab.config import RunConfig
 from lab.engine.estimate import Estimate
-from lab.teach.presets import PRESETS, Preset, measured
+from lab.teach.presets import PRESETS, Preset
 from lab.engine.store import FINISHED_STATES, LIVE_STATES  # a stopped run has its final evaluation
 from lab.engine.storefs import DamagedRunError, RunIdError, RunNotFoundError
-from lab.views.analysis import load_model
-from lab.teach.distance import accuracy_by_distance
-from lab.views.probing import importance_map, knockout_summary
+from lab.teach.preset_results import run_result, wanted
 from ui.common import AppContext, Outputs, errors_as_messages, kept, remember_runs
 from ui.compare import Opened
 from ui.compare import opening as compare_opening
 
 POLL_S = 2.0
-_MEASURES: dict[tuple[str, str], dict] = {}  # (run id, measure) -> that measure of its final weights
-WEIGHT_MEASURES = {"knockout": lambda model, cfg: knockout_summary(importance_map(model, cfg)),
-                   "distance": accuracy_by_distance}  # what an explanation may quote of a run's final weights
 _RESULTS: dict[tuple, str] = {}  # (preset key, its newest finished runs with their updated_at) -> explanation
 INTRO = ("Known results, reproduced on this machine in seconds to minutes. **Read the question and make a "
          "prediction first**, then click: the button starts every run of the preset and opens **Compare** on "
@@ -102,7 +97,7 @@ def last_result(ctx: AppContext, preset: Preset, runs: dict[str, tuple[str, str]
             try:
                 summary = ctx.store.summary(run_id)
                 if summary:
-                    results[name] = run_result(ctx, run_id, summary, wanted(preset, name))
+                    results[name] = run_result(ctx.store, run_id, summary, wanted(preset, name))
             except (RunNotFoundError, DamagedRunError):
                 continue
         _RESULTS[key] = preset.explain(results)
@@ -150,42 +145,11 @@ def status(ctx: AppContext, last: Any) -> tuple[str, bool]:
         else:
             done += 1
             if summary:
-                results[name] = run_result(ctx, r, summary, wanted(preset, name))
+                results[name] = run_result(ctx.store, r, summary, wanted(preset, name))
     head = f"**{preset.title}**: {done} of {expected} runs done"
     if live:
         return head + " (training…). The explanation appears here when all have finished.", True
     return f"{head}. {preset.explain(results)}", False
-
-
-def wanted(preset: Preset, name: str) -> tuple[str, ...]:
-    """The measures of run `name`'s final weights that `preset`'s explanation quotes (WEIGHT_MEASURES keys)."""
-    return tuple(m for m in WEIGHT_MEASURES if name in getattr(preset, m))
-
-
-def measure_of(ctx: AppContext, run_id: str, what: str) -> dict:
-    """A measure of the run's final weights (WEIGHT_MEASURES), taken once and kept ({} without weights).
-    A finished run's weights never change, so the cache cannot go stale."""
-    if (run_id, what) not in _MEASURES:
-        try:
-            cfg, weights = ctx.store.config(run_id), ctx.store.load_weights(run_id)
-        except (RunNotFoundError, DamagedRunError):
-            return {}
-        _MEASURES[(run_id, what)] = WEIGHT_MEASURES[what](load_model(cfg, weights), cfg)
-        while len(_MEASURES) > 64:
-            _MEASURES.pop(next(iter(_MEASURES)))
-    return _MEASURES[(run_id, what)]
-
-
-def run_result(ctx: AppContext, run_id: str, summary: dict, measures: tuple[str, ...] = ()) -> dict:
-    """What a preset's explanation reads of a finished run: its summary, held-out and training curves, its
-    last attention snapshot (so the sentence can quote the step and the pattern it measured) and the
-    `measures` of its final weights the preset asks for (which head matters most, accuracy by distance)."""
-    m = ctx.store.metrics(run_id)
-    evals = m[m["kind"] == "eval"].dropna(axis=1, how="all").to_dict("records")
-    train = [(int(s), float(v)) for s, v in m.loc[m["kind"] == "train", ["step", "loss"]].itertuples(index=False)]
-    steps = ctx.store.snapshot_steps(run_id)
-    return measured(summary, evals, train, ctx.store.load_snapshot(run_id, steps[-1]) if steps else None,
-                    **{what: measure_of(ctx, run_id, what) for what in measures})
 
 
 def compare_note(ctx: AppContext, last: Any, run_ids: list[str]) -> str:

@@ -17,6 +17,9 @@ from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.derived import run_config  # n_ctx: the task's longest sequence, as the app and the CLI derive it
 from lab.teach.attention_measures import anti_diagonal_words, knockout_sentence
 from lab.teach.distance import near_and_far
+from lab.teach.table3 import ROWS as TABLE3_ROWS
+from lab.teach.table3 import SAME, SPREAD, table
+from lab.teach.table3 import configs as table3_configs
 from lab.teach.loss_reading import first_step, held_from
 from lab.views.curves import CURVES
 from lab.views.probing import measured_on
@@ -327,7 +330,7 @@ def _explain_recurrence(r: Results) -> str:
     if em_t >= 0.99 and em_l < 0.5:
         when = f" from step {step} on ({secs:.0f} s)" if step and secs else ""
         return (f"The Transformer reversed every held-out sequence of 16 symbols{when}; the LSTM, at about the same "
-                f"size ({size}), reached exact-match {_pct(em_l)} in {RECUR.train.steps} steps." + far + speed)
+                f"size ({size}), reached exact-match {_pct(em_l)} in {lstm.get('steps') or RECUR.train.steps} steps." + far + speed)
     if em_t > em_l:
         return (f"The Transformer did better (exact-match {_pct(em_t)} against the LSTM's {_pct(em_l)}, {size}) but "
                 "did not solve the task this time; train longer." + far)
@@ -347,7 +350,7 @@ RESID_RUNS = ("pre-LN", "pre-LN, no residuals", "post-LN", "post-LN, no residual
 def _explain_residuals(r: Results) -> str:
     pre, pre_off, post, post_off = (_ev(r, n) for n in RESID_RUNS)
     chance = math.log(RESID.task.n_symbols)
-    head = (f"Held-out loss after {RESID.train.steps} steps, 6 layers deep: with residual connections pre-LN "
+    head = (f"Held-out loss after {r[RESID_RUNS[0]].get('steps') or RESID.train.steps} steps, 6 layers deep: with residual connections pre-LN "
             f"{_n(pre)} and post-LN {_n(post)}; without them {_n(pre_off)} and {_n(post_off)} (guessing: "
             f"ln {RESID.task.n_symbols} = {chance:.2f}). ")
     if max(pre, post) < 0.5 * chance and min(pre_off, post_off) > 0.9 * chance:
@@ -372,7 +375,8 @@ SCALING_RUNS = ("scaled by 1/sqrt(d_k)", "scaling removed")
 def _explain_scaling(r: Results) -> str:
     scaled, raw = (_ev(r, n) for n in SCALING_RUNS)
     em_s, em_r = (_ev(r, n, "exact_match") for n in SCALING_RUNS)
-    head = (f"With one head of d_k = 128, held-out loss after {SCALING.train.steps} steps: {_n(scaled)} with the "
+    steps = r[SCALING_RUNS[0]].get("steps") or SCALING.train.steps
+    head = (f"With one head of d_k = 128, held-out loss after {steps} steps: {_n(scaled)} with the "
             f"scaling (exact-match {_pct(em_s)}), {_n(raw)} without ({_pct(em_r)}). ")
     if raw > 1.5 * scaled:
         return head + ("The paper's reason (footnote 4): a score is a sum of 128 products, its variance grows as "
@@ -383,6 +387,22 @@ def _explain_scaling(r: Results) -> str:
         return head + "The scaled model learned faster, but not by the usual margin this time."
     return head + ("This time removing the scaling did not slow learning: this lab's small initialisation keeps "
                    "the first scores small either way, and the model can learn smaller q and k.")
+
+
+# ---- Table 3 at toy scale (lab/teach/table3.py) ------------------------------------------------------
+def _explain_table3(r: Results) -> str:
+    rows = table(r)
+    lines = ["| Row | Variation | Paper PPL / BLEU | Measured PPL per character, mean [min, max] | Mark |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {x['row']} | {x['variation']} | {x['paper PPL']:.2f} / {x['paper BLEU']:.1f} | "
+              f"{x['measured PPL (mean [min, max])']} | {x['mark']} |" for x in rows]
+    marks = [x["mark"] for x in rows[1:]]
+    same, spread = marks.count(SAME), marks.count(SPREAD)
+    opposite = len(marks) - same - spread
+    return (f"Of the paper's {len(TABLE3_ROWS)} variations, {same} moved this toy model the paper's way, {opposite} the "
+            f"opposite way and {spread} stayed within the seeds' spread (3 seeds each; held-out perplexity per "
+            "character of the built-in text, where the paper measured word pieces of a translation; "
+            "docs/SCIENCE.md says why and what disagrees).\n\n" + "\n".join(lines))
 
 
 PRESETS: dict[str, Preset] = {p.key: p for p in (
@@ -461,4 +481,12 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "into regions of small gradients",
         (_variant(SCALING, SCALING_RUNS[0]), _variant(SCALING, SCALING_RUNS[1], model=dict(scale="none"))),
         "held-out loss", 101.0, _explain_scaling),
+    Preset(
+        "table3", "Table 3 at toy scale",
+        "The paper's Table 3 changes one thing at a time: one head or 32, a smaller d_k, a third of the layers, "
+        "no dropout, learned positions; each made its translation model worse or no better. Which of them also "
+        "hurt a small character-level language model?",
+        "Vaswani et al. 2017, Table 3 (rows A-E), at toy scale: 3 layers of d_model 64 on the built-in text, "
+        "held-out perplexity per character, 3 seeds per row (21 runs)",
+        tuple(table3_configs()), "held-out loss", 1200.0, _explain_table3),
 )}

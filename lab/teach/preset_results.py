@@ -1,0 +1,66 @@
+"""What a preset's explanation reads of a finished run in the store, the same for the app's Presets tab and
+the command line (`python -m lab preset`): its summary, its held-out and training curves, its last attention
+snapshot and, where the preset asks, measures of its final weights (which head matters most, accuracy by
+distance). Measures are taken once per run and kept: a finished run's weights never change.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from lab.engine.store import RunStore
+from lab.engine.storefs import DamagedRunError, RunNotFoundError
+from lab.teach.distance import accuracy_by_distance
+from lab.teach.presets import Preset, measured
+from lab.views.analysis import load_model
+from lab.views.probing import importance_map, knockout_summary
+
+# what an explanation may quote of a run's final weights: measure name -> f(model, config)
+WEIGHT_MEASURES: dict[str, Callable[..., dict]] = {
+    "knockout": lambda model, cfg: knockout_summary(importance_map(model, cfg)),
+    "distance": accuracy_by_distance,
+}
+_MEASURES: dict[tuple[str, str, str], dict] = {}  # (store root, run id, measure) -> its value
+
+
+def wanted(preset: Preset, name: str) -> tuple[str, ...]:
+    """The measures of run `name`'s final weights that `preset`'s explanation quotes (WEIGHT_MEASURES keys)."""
+    return tuple(m for m in WEIGHT_MEASURES if name in getattr(preset, m))
+
+
+def measure_of(store: RunStore, run_id: str, what: str) -> dict:
+    """A measure of the run's final weights (WEIGHT_MEASURES), taken once and kept ({} without weights)."""
+    key = (str(store.root), run_id, what)
+    if key not in _MEASURES:
+        try:
+            cfg, weights = store.config(run_id), store.load_weights(run_id)
+        except (RunNotFoundError, DamagedRunError):
+            return {}
+        _MEASURES[key] = WEIGHT_MEASURES[what](load_model(cfg, weights), cfg)
+        while len(_MEASURES) > 64:
+            _MEASURES.pop(next(iter(_MEASURES)))
+    return _MEASURES[key]
+
+
+def run_result(store: RunStore, run_id: str, summary: dict, measures: tuple[str, ...] = ()) -> dict[str, Any]:
+    """What a preset's explanation reads of a finished run: its summary, held-out and training curves, its
+    last attention snapshot (so the sentence can quote the step and the pattern it measured) and the
+    `measures` of its final weights the preset asks for."""
+    m = store.metrics(run_id)
+    evals = m[m["kind"] == "eval"].dropna(axis=1, how="all").to_dict("records")
+    train = [(int(s), float(v)) for s, v in m.loc[m["kind"] == "train", ["step", "loss"]].itertuples(index=False)]
+    steps = store.snapshot_steps(run_id)
+    return measured(summary, evals, train, store.load_snapshot(run_id, steps[-1]) if steps else None,
+                    **{what: measure_of(store, run_id, what) for what in measures})
+
+
+def explanation(store: RunStore, preset: Preset, ids: dict[str, str]) -> str:
+    """`preset`'s explanation of the finished runs `ids` (run name -> id); runs without a summary are missing."""
+    results = {}
+    for name, run_id in ids.items():
+        try:
+            summary = store.summary(run_id)
+        except (RunNotFoundError, DamagedRunError):
+            continue
+        if summary:
+            results[name] = run_result(store, run_id, summary, wanted(preset, name))
+    return preset.explain(results)
