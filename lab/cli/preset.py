@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable, Optional
 
-from lab.cli.sweep import _follow, _on_interrupt, summarise
+from lab.cli.sweep import run_all, summarise
 from lab.config import ConfigError, RunConfig
 from lab.teach.preset_results import explanation
 from lab.teach.presets import PRESETS
@@ -67,14 +67,7 @@ def cmd_preset(args: argparse.Namespace, open_store: Callable[[Optional[str]], A
     sys.stderr.write(f"preset {args.key} ({preset.title}): {len(cfgs)} runs, {jobs.max_concurrent} at a time. "
                      f"{jobs.estimate(cfgs).text()}\n")
     start = time.monotonic()
-    stop_all = _on_interrupt(jobs)
-    try:
-        ids = jobs.submit_many(cfgs, owner="cli")
-        stop_all.ids = ids
-        _follow(jobs, store, ids, cfgs)
-    finally:
-        stop_all.restore()
-        jobs.shutdown(wait=True)
+    ids = run_all(jobs, store, cfgs)
     runs, _ = summarise(store, ids)
     text = explanation(store, preset, {cfg.name: rid for cfg, rid in zip(cfgs, ids)})
     wall = time.monotonic() - start

@@ -75,14 +75,7 @@ def cmd_sweep(args: argparse.Namespace, open_store: Callable[[Optional[str]], An
     where = jobs.pool.describe() if address else f"this machine, {jobs.max_concurrent} worker process(es)"
     sys.stderr.write(f"sweep: {len(cfgs)} runs on {where}\n")
     start = time.monotonic()
-    stop_all = _on_interrupt(jobs)
-    try:
-        ids = jobs.submit_many(cfgs, owner="cli")
-        stop_all.ids = ids
-        _follow(jobs, store, ids, cfgs)
-    finally:
-        stop_all.restore()
-        jobs.shutdown(wait=True)
+    ids = run_all(jobs, store, cfgs)
     runs, groups = summarise(store, ids)
     out = {"runs": runs, "groups": groups.to_dict(orient="records"), "wall_s": time.monotonic() - start,
            "where": where}
@@ -93,6 +86,20 @@ def cmd_sweep(args: argparse.Namespace, open_store: Callable[[Optional[str]], An
         print(f"{len(ids)} runs in {out['wall_s']:.1f} s on {where}")
     store.close()
     return 1 if any(r["state"] == "failed" for r in runs) else 0
+
+
+def run_all(jobs: Any, store: Any, cfgs: list[RunConfig]) -> list[str]:
+    """Submit every config, follow them to their ends (a line each on stderr) and shut the jobs down; Ctrl-C
+    stops them all, each keeping what it learned. The runs' ids, in the configs' order."""
+    stop_all = _on_interrupt(jobs)
+    try:
+        ids = jobs.submit_many(cfgs, owner="cli")
+        stop_all.ids = ids
+        _follow(jobs, store, ids, cfgs)
+    finally:
+        stop_all.restore()
+        jobs.shutdown(wait=True)
+    return ids
 
 
 class _on_interrupt:
