@@ -23,6 +23,7 @@ Limits: decoder-only and no dropout (per-run dropout masks cannot match the solo
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import warnings
@@ -48,6 +49,17 @@ def batch_key(cfg: RunConfig) -> Optional[str]:
         return None
     plain = dataclasses.replace(cfg, name="", train=dataclasses.replace(cfg.train, seed=0, lr=1.0))
     return plain.to_json()
+
+
+def vmap_attention(device: torch.device) -> contextlib.AbstractContextManager:
+    """The attention kernels the vmapped step may use. On CUDA not the memory-efficient one: its backward under
+    vmap (torch 2.11, an H200) refused the text task's 31 positions ("LSE is not correctly aligned
+    (strideH)"), so three seeds of a text run failed at step 0: flash attention where it applies, else math."""
+    if device.type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.MATH])
 
 
 def _pad(t: Tensor, length: int, value: int) -> Tensor:
@@ -87,11 +99,11 @@ class BatchedStepper:
         tgt = torch.stack([_pad(b.tgt, T, IGNORE_INDEX) for b in batches])  # (k, B, T)
         stacked = to_device(Batch(inp, tgt), self.device)
         lrs = [lr_at(step, self.cfgs[i].train) for i in self.live]
-        with self.amp:
+        with self.amp, vmap_attention(self.device):
             losses = vmap(self._loss)(self.params, stacked.inp, stacked.tgt)  # (k,)
-        for p in self.params.values():
-            p.grad = None
-        losses.sum().backward()  # slices are independent: each gets its own run's gradient
+            for p in self.params.values():
+                p.grad = None
+            losses.sum().backward()  # slices are independent: each gets its own run's gradient
         lr_t = torch.tensor(lrs)  # (k,); on CUDA a pinned, asynchronous copy: no host sync per step
         lr_t = lr_t.pin_memory().to(self.device, non_blocking=True) if self.device.type == "cuda" else lr_t
         norms = _adamw_step(self.params, self.moments, self.wd, lr_t, step + 1, *self.betas, self.clip)

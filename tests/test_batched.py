@@ -150,3 +150,17 @@ def test_grouped_runs_start_together_only_when_batching_is_on(tmp_path: Path, mo
     jm.shutdown(wait=True)
     assert states == (["running", "running"] if setting == "on" else ["running", "queued"])
     store.close()
+
+
+def test_the_vmapped_step_keeps_cuda_off_the_memory_efficient_attention_kernel():
+    """Its backward under vmap failed on an H200 for the text task's 31 positions (three seeds of a text run
+    stopped at step 0): the batched step allows flash and math only, on CUDA, and restores the choice after."""
+    from lab.batched import vmap_attention
+
+    before = torch.backends.cuda.mem_efficient_sdp_enabled()
+    with vmap_attention(torch.device("cuda")):
+        assert not torch.backends.cuda.mem_efficient_sdp_enabled()
+        assert torch.backends.cuda.math_sdp_enabled() and torch.backends.cuda.flash_sdp_enabled()
+    assert torch.backends.cuda.mem_efficient_sdp_enabled() == before
+    with vmap_attention(torch.device("cpu")):  # the CPU's own fused kernel stays
+        assert torch.backends.cuda.mem_efficient_sdp_enabled() == before

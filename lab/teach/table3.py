@@ -46,7 +46,8 @@ class Row:
         return 1 if self.bleu < BASE_ROW.bleu else -1
 
 
-BASE_ROW = Row("base", "", "N 6, d_model 512, h 8, d_k 64, dropout 0.1, sinusoidal", {}, {}, 4.92, 25.8)
+BASE_ROW = Row("base", "", "the paper's base: N 6, d_model 512, h 8, d_k 64, dropout 0.1, sinusoidal", {}, {},
+               4.92, 25.8)
 ROWS = (
     Row("A h=1", "A", "1 head of d_k = d_model (constant compute)", {"n_heads": 1}, {}, 5.29, 24.9),
     Row("A h=32", "A", "32 heads of d_k = d_model / 32 (constant compute)", {"n_heads": 32}, {}, 5.01, 25.4),
