@@ -5,7 +5,6 @@
 """
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import threading
@@ -20,6 +19,8 @@ from lab.engine.environment import default_queue_size, detect
 from lab.engine.jobs import SPARE_DELAY_S, JobManager
 from lab.engine.limits import Limits
 from lab.engine.store import RunStore
+from lab.views.analysis import pca_type
+from lab.views.curve_figures import warm_up
 from ui.common import AppContext
 from ui.compare import build_compare_tab
 from ui.inspect_tab import build_inspect_tab
@@ -114,8 +115,9 @@ def main() -> None:
     jobs.back_up(interrupted)
     jobs.warm_up(SPARE_DELAY_S)  # one worker process per training slot, started once the page is up
     demo = build_demo(store, jobs)
+    warm_up()  # plotly's lazily imported modules, before any request (two at once could deadlock)
     # scikit-learn (the PCA panel) loads once the page is up: imported at start it slowed the cold start
-    warm = threading.Timer(WARM_UP_S, importlib.import_module, args=("sklearn.decomposition",))
+    warm = threading.Timer(WARM_UP_S, pca_type)
     warm.daemon = True
     warm.start()
     demo.launch(

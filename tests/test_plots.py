@@ -246,3 +246,24 @@ def test_attention_grid_hatches_the_heads_whose_output_is_removed():
     np.testing.assert_array_equal(cells(fig, 2, 3, 5, 7), pats)  # the patterns themselves are still drawn
     plain = attention_grid(pats, [f"q{i}" for i in range(5)], [f"k{i}" for i in range(7)])
     assert not images(plain)[0].patches
+
+
+def test_after_the_warm_up_a_compare_figure_imports_nothing_more():
+    """app.py warms plotly up before it serves: a figure drawn afterwards, from any thread, loads no module,
+    so two first requests cannot meet in Python's import locks (they once failed with _DeadlockError)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pandas as pd\n"
+            "from lab.views.curve_figures import curves_plot, warm_up\n"
+            "warm_up()\n"
+            "before = set(sys.modules)\n"
+            "series = {n: pd.DataFrame({'x': [0.0, 1.0, 2.0], 'value': [2.0, 1.0, None]}) for n in ('a', 'b')}\n"
+            "curves_plot(series, 'step', 'held-out loss', {'a': 'red', 'b': 'blue'}, title='t',\n"
+            "            dashes={'a': 'dot', 'b': 'solid'}).to_plotly_json()\n"
+            "print(sorted(set(sys.modules) - before))\n")
+    from tests.helpers import REPO
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]", out.stdout

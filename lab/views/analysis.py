@@ -6,6 +6,7 @@ that a job is training. (Parameter counts live in lab/params.py.)
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from typing import Optional
 
@@ -166,6 +167,18 @@ class PositionalView:
     note: Optional[str]  # why there is no table, where there is none
 
 
+_IMPORTING = threading.Lock()
+
+
+def pca_type() -> type:
+    """scikit-learn's PCA, imported on first use (at start-up it slowed the app's cold start) and under a lock:
+    two threads importing a package with circular imports at once can fail with Python's _DeadlockError (the
+    app's start-up warm-up and a first PCA panel could)."""
+    with _IMPORTING:
+        from sklearn.decomposition import PCA
+    return PCA
+
+
 def positional_view(cfg: RunConfig, state_dict: Optional[dict[str, torch.Tensor]] = None,
                     n: Optional[int] = None) -> PositionalView:
     """Everything the PCA panel shows for one run, over positions 0..n-1 (default: longest sequence).
@@ -187,9 +200,7 @@ def positional_view(cfg: RunConfig, state_dict: Optional[dict[str, torch.Tensor]
                               None if rel is None else rel.numpy(), pe.table_note)
     tab = table.detach().double().numpy()
     k = min(2, tab.shape[0], tab.shape[1])
-    from sklearn.decomposition import PCA  # here, not at import: importing it slows the app's cold start
-
-    pca = PCA(n_components=k).fit(tab)
+    pca = pca_type()(n_components=k).fit(tab)
     coords = pca.transform(tab)
     unit = tab / np.maximum(np.linalg.norm(tab, axis=1, keepdims=True), 1e-12)
     return PositionalView(cfg.model.pos, tab, coords, pca.explained_variance_ratio_, unit @ unit.T,

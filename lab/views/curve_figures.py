@@ -52,3 +52,13 @@ def curves_plot(series: Mapping[str, pd.DataFrame], x_title: str, y_title: str, 
         fig.add_annotation(text="Pick runs above to draw their curves.", showarrow=False, x=0.5, y=0.5,
                            xref="paper", yref="paper")
     return fig
+
+
+def warm_up() -> None:
+    """Draw and serialise one figure, so plotly loads the modules it imports on first use (narwhals among
+    them, about 3,000 modules in 0.5 s) before a server answers anyone: two of Compare's first requests
+    loading them at once in two threads failed with Python's import _DeadlockError, shown as an error."""
+    fig = curves_plot({"warm-up": pd.DataFrame({"x": [0.0, 1.0], "value": [1.0, 0.0]})}, "step", "loss",
+                      {"warm-up": "#000000"}, title="warm-up", dashes={"warm-up": "dash"})
+    curves_plot({}, "step", "loss", {})  # and the empty plot's note
+    fig.to_plotly_json()
