@@ -34,7 +34,8 @@ COMPARE_STATE = """() => { const g = document.querySelector('#compare-curves .js
           bands: img && img.offsetParent ? img.src : null, finals: rows('#compare-finals'),
           groups: document.querySelector('#compare-groups')?.offsetParent ? rows('#compare-groups') : null,
           configs: rows('#compare-configs')}; }"""
-# What a person sees of Inspect: the caption, the step, every picture, the answer and metrics tables.
+# What a person sees of Inspect: the caption, the step, every picture, the answer and metrics tables, and
+# side A of the positional panel (the run's name, its PCA and similarity pictures, their note).
 INSPECT_STATE = """() => { const src = (sel) => { const i = document.querySelector(sel + ' img');
     return i && i.offsetParent ? i.src : null; };
   const rows = (sel) => { const e = document.querySelector(sel);
@@ -42,7 +43,9 @@ INSPECT_STATE = """() => { const src = (sel) => { const i = document.querySelect
   return {caption: document.querySelector('#inspect-caption').innerText,
           step: document.querySelector('#inspect-step input[type=number]').value,
           attention: src('#attn-dec_self'), ablated: src('#ablated-attn-dec_self'), lens: src('#logit-lens'),
-          answer: rows('#answer-table'), metrics: rows('#intervene-metrics')}; }"""
+          answer: rows('#answer-table'), metrics: rows('#intervene-metrics'),
+          side_a: document.querySelector('#inspect-run-a textarea, #inspect-run-a input')?.value,
+          pca_a: src('#pca-A'), pe_a: src('#pe-fig-A'), pe_note_a: document.querySelector('#pe-note-A').innerText}; }"""
 
 
 @pytest.fixture(scope="module")
