@@ -2,11 +2,12 @@
 batched seeds against sequential ones. Each function returns plain dicts (one per table row)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -16,6 +17,7 @@ from lab.engine.jobs import JobManager
 from lab.teach.presets import PRESETS
 from lab.records import EvalRecord, Record
 from lab.engine.store import RunStore
+from lab.tasks import Sort
 from lab.trainer import train
 
 
@@ -49,6 +51,31 @@ TARGETS: dict[str, tuple[int, str, Any, float, int, float]] = {
     "encoder_decoder": (0, "exact-match", lambda e: e.exact_match, 0.99, +1, 60.0),
     "grokking": (0, "wd 1.0: held-out exact-match", lambda e: e.exact_match, 0.9, +1, 100.0),
 }
+
+
+@contextlib.contextmanager
+def sort_before_recipe() -> Iterator[None]:
+    """The sort task's sampling and hello_sort's steps as they were before the recipe was mended (the
+    "many repeats" window one symbol wide for 3 symbols: half of each batch constant sequences; 500 steps),
+    for a before/after pair timed in one run."""
+    original = Sort.gen_prompt
+
+    def gen_prompt(self: Sort, cfg: Any, length: int, n: int, gen: torch.Generator, split: str) -> torch.Tensor:
+        x = torch.randint(0, cfg.n_symbols, (n, length), generator=gen, device=gen.device)
+        few = max(1, cfg.n_symbols // 3)
+        base = torch.randint(0, cfg.n_symbols - few + 1, (n, 1), generator=gen, device=gen.device)
+        rep = base + torch.randint(0, few, (n, length), generator=gen, device=gen.device)
+        return torch.where(torch.rand(n, 1, generator=gen, device=gen.device) < 0.5, rep, x)
+
+    preset = PRESETS["hello_sort"]
+    Sort.gen_prompt = gen_prompt  # type: ignore[method-assign]
+    PRESETS["hello_sort"] = replace(preset, runs=tuple(replace(c, train=replace(c.train, steps=500))
+                                                       for c in preset.runs))
+    try:
+        yield
+    finally:
+        Sort.gen_prompt = original  # type: ignore[method-assign]
+        PRESETS["hello_sort"] = preset
 
 
 def time_to_solve(key: str, cap_scale: float = 1.0) -> dict[str, Any]:

@@ -206,9 +206,9 @@ class TrainConfig:
     batch_size: int = knob(64, label="Batch size", help="Sequences per step.", lo=1, hi=8192,
                            widget=_dd(16, 32, 64, 128, 256))
     lr: float = knob(3e-3, label="Learning rate", help="AdamW step size; too high diverges, especially with "
-                     "post-LN.", lo=0.0, hi=10.0, lo_open=True, widget=_number(0))
+                     "post-LN.", lo=0.0, hi=10.0, lo_open=True, widget=_number(0), axis="lr")
     warmup: int = knob(100, label="Warmup steps", help="The learning rate ramps up linearly over these steps.",
-                       lo=0, hi=1_000_000, widget=_number(0))
+                       lo=0, hi=1_000_000, widget=_number(0), axis="warmup")
     schedule: Schedule = knob("cosine", label="LR schedule", help="After warmup the learning rate decays to the "
                               "floor below (cosine, linear) or stays (constant).", widget=RADIO, advanced=True)
     min_lr_ratio: float = knob(0.1, label="LR floor", help="The decay ends at this fraction of the learning rate.",

@@ -146,7 +146,7 @@ def run_hello_sort(page, browser_app) -> None:
     expect(note).to_contain_text("Hello, sort", timeout=WAIT_MS)
     wait_finished(page, browser_app, new, WAIT_MS)
     expect(note).to_contain_text("1 of 1 runs done.", timeout=WAIT_MS)
-    expect(note).to_contain_text(re.compile(r"Solved by step \d+ of 500 \(held-out exact-match at or above 99\.9% from "
+    expect(note).to_contain_text(re.compile(r"Solved by step \d+ of 300 \(held-out exact-match at or above 99\.9% from "
                                             r"that evaluation on\): every held-out sequence came back sorted|Not solved"))
     took = time.monotonic() - t0
     explanation = note.inner_text()

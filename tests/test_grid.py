@@ -49,11 +49,12 @@ def test_every_axis_sets_its_field(axis):
     values = {"PE": "sinusoidal, none", "norm": "post, none", "heads": "1, 4", "layers": "1, 3",
               "d_model": "16, 32", "seed": "0, 5", "activation": "relu, swiglu", "d_head": "4, 16",
               "scaling": "sqrt, none", "residual": "on, off", "norm type": "layernorm, rmsnorm",
-              "QK-norm": "off, on", "arch": "decoder, lstm"}[axis]
+              "QK-norm": "off, on", "arch": "decoder, lstm", "lr": "0.001, 0.03", "warmup": "0, 50"}[axis]
     cfgs = build_grid(BASE, [(axis, values)])
     sec, name = AXES[axis].field.split(".")
     got = [getattr(getattr(c, sec), name) for c in cfgs]
     assert [str(v) for v in got] == [v.strip() for v in values.split(",")]
+    assert [c.name for c in cfgs] == [f"{AXES[axis].short}={v.strip()}" for v in values.split(",")]
 
 
 @pytest.mark.parametrize(("axes", "field", "words"), [
@@ -64,10 +65,15 @@ def test_every_axis_sets_its_field(axis):
     ([("layers", "0, 1")], "grid.layers", ["0 is out of range"]),
     ([("layers", "1, two")], "grid.layers", ["'two' is not an integer"]),
     ([("seed", "1, 1")], "grid.seed", ["listed twice"]),
+    ([("lr", "0, 1e-3")], "grid.lr", ["0 is out of range", "above 0 to 10"]),
+    ([("lr", "1e-3, fast")], "grid.lr", ["'fast' is not a number", "above 0 to 10"]),
+    ([("lr", "nan")], "grid.lr", ["nan is out of range"]),
+    ([("lr", "1e-3, 0.001")], "grid.lr", ["listed twice"]),
+    ([("warmup", "0, 1.5")], "grid.warmup", ["'1.5' is not an integer", "0 or more"]),
     ([("seed", "")], "grid.seed", ["no values"]),
     ([("PE", "rope"), ("PE", "alibi")], "grid.PE", ["chosen twice"]),
     ([("width", "1")], "grid.axis", ["'width'", "arch, PE, norm, heads, layers, d_model, activation, d_head, "
-                                      "scaling, residual, norm type, QK-norm, seed"]),
+                                      "scaling, residual, norm type, QK-norm, lr, warmup, seed"]),
     ([], "grid", ["at least one axis"]),
     ([("PE", "rope"), ("norm", "pre"), ("seed", "1"), ("layers", "1")], "grid", ["4 axes", "1 to 3"]),
 ])

@@ -21,7 +21,7 @@ def curve(key: str, values: list[float], every: int) -> list[dict]:
 def test_sort_says_at_which_step_it_was_solved():
     evals = curve("exact_match", [0.1, 0.6, 0.97, 1.0, 1.0], 25)
     text = PRESETS["hello_sort"].explain({"sort": measured(summ(0.0002, 1.0), evals)})
-    assert "Solved by step 100 of 500" in text, text
+    assert "Solved by step 100 of 300" in text, text
 
 
 def test_induction_says_when_the_two_layer_loss_dropped():

@@ -31,6 +31,9 @@ def crafted_run(store: RunStore, cfg, curve: dict[int, float], key: str = "exact
     return run_result(store, run_id, summary)
 
 
+STEPS = SORT.runs[0].train.steps  # the preset's steps, as its sentence quotes them
+
+
 def sort_curve(**at: float) -> dict[int, float]:
     """Exact-match every 25 steps to 500: 0.5 before step 175, 1.0 from it, with `s350=0.98`-style overrides."""
     curve = {s: (0.5 if s < 175 else 1.0) for s in range(25, 501, 25)}
@@ -40,18 +43,18 @@ def sort_curve(**at: float) -> dict[int, float]:
 def test_solved_is_the_first_evaluation_at_target_that_every_later_one_keeps(tmp_path):
     store = RunStore(tmp_path / "runs")
     kept = SORT.explain({"sort": crafted_run(store, SORT.runs[0], sort_curve())})
-    assert kept.startswith(f"Solved by step 175 of 500 {DEFINITION}: every held-out sequence came back sorted"), kept
+    assert kept.startswith(f"Solved by step 175 of {STEPS} {DEFINITION}: every held-out sequence came back sorted"), kept
 
     # the issue's curve: 99.6% at 175 (one sequence of 256 wrong: below the target), the target from 325,
     # a dip at 350, the target again from 375 on
     dipped = sort_curve(s175=0.996, s200=0.99, s225=0.98, s250=0.99, s275=0.996, s300=0.99, s350=0.98)
     text = SORT.explain({"sort": crafted_run(store, SORT.runs[0], dipped)})
-    assert text.startswith(f"Solved by step 375 of 500 {DEFINITION}"), text
+    assert text.startswith(f"Solved by step 375 of {STEPS} {DEFINITION}"), text
     assert "step 325" not in text and "step 175" not in text
 
     # passes, dips, passes again, dips again, and ends at the target: the last arrival counts
     twice = sort_curve(s200=0.9, s400=0.95, s450=0.99)
-    assert SORT.explain({"sort": crafted_run(store, SORT.runs[0], twice)}).startswith("Solved by step 475 of 500")
+    assert SORT.explain({"sort": crafted_run(store, SORT.runs[0], twice)}).startswith(f"Solved by step 475 of {STEPS}")
     assert SOLVED == 0.999 and f"{SOLVED:.1%}" in DEFINITION  # the sentence states the threshold it applies
 
 

@@ -32,12 +32,22 @@ class Axis:
     key: str  # the UI's name: "PE"
     field: str  # the config field: "model.pos"
     short: str  # the name in run names: "pos"
-    choices: tuple[str, ...] = ()  # allowed values for a text axis; empty = an integer
-    lo: int = 1  # integer axes: smallest allowed value
+    choices: tuple[str, ...] = ()  # allowed values for a text axis; empty = a number
+    lo: float = 1  # numeric axes: smallest allowed value
+    kind: type = int  # a numeric axis's type: int or float (the learning rate)
+    hi: float = math.inf
+    lo_open: bool = False  # lo itself is not allowed (a learning rate above 0)
+
+    def allowed(self) -> str:
+        """What a numeric axis accepts, in words: '1 or more', 'above 0 to 10'."""
+        if self.kind is int:
+            return f"{self.lo:g} or more"
+        return f"{'above' if self.lo_open else 'from'} {self.lo:g} to {self.hi:g}"
 
 
 # The ablation axes are the config fields declared with `axis=` (lab/config.py), in declaration order
-AXES: dict[str, Axis] = {f.spec.axis: Axis(f.spec.axis, f.key, f.short, f.choices, int(f.spec.lo or 0))
+AXES: dict[str, Axis] = {f.spec.axis: Axis(f.spec.axis, f.key, f.short, f.choices, f.spec.lo or 0, f.kind,
+                                           math.inf if f.spec.hi is None else f.spec.hi, f.spec.lo_open)
                          for f in declared_fields() if f.spec.axis}
 
 
@@ -52,7 +62,7 @@ def parse_values(axis: str, text: Any) -> tuple[Any, ...]:
     ax = AXES[axis]
     items = text if isinstance(text, (list, tuple)) else str(text or "").replace(",", " ").split()
     items = [str(v).strip() for v in items if str(v).strip()]
-    if not ax.choices:
+    if ax.kind is int and not ax.choices:
         items = [v for item in items for v in _expand(axis, item)]
     if not items:
         raise GridError(f"grid.{axis}", "no values given (list them separated by commas, e.g. "
@@ -64,16 +74,23 @@ def parse_values(axis: str, text: Any) -> tuple[Any, ...]:
                 raise GridError(f"grid.{axis}", f"{item!r} is not one of {', '.join(ax.choices)}")
             value: Any = item
         else:
-            try:
-                value = int(item)
-            except ValueError:
-                raise GridError(f"grid.{axis}", f"{item!r} is not an integer (allowed: {ax.lo} or more)") from None
-            if value < ax.lo:
-                raise GridError(f"grid.{axis}", f"{value} is out of range (allowed: {ax.lo} or more)")
+            value = _number(ax, item)
         if value in values:
             raise GridError(f"grid.{axis}", f"{item!r} is listed twice")
         values.append(value)
     return tuple(values)
+
+
+def _number(ax: Axis, item: str) -> Any:
+    """One value of a numeric axis, checked against its bounds (GridError naming the axis)."""
+    try:
+        value = ax.kind(item)
+    except ValueError:
+        what = "an integer" if ax.kind is int else "a number"
+        raise GridError(f"grid.{ax.key}", f"{item!r} is not {what} (allowed: {ax.allowed()})") from None
+    if not (value > ax.lo or (value == ax.lo and not ax.lo_open)) or value > ax.hi or value != value:
+        raise GridError(f"grid.{ax.key}", f"{item} is out of range (allowed: {ax.allowed()})")
+    return value
 
 
 def _expand(axis: str, item: str) -> list[str]:
@@ -110,8 +127,8 @@ def grid_size(axes: Sequence[tuple[str, Sequence[Any]]]) -> int:
 
 
 def run_name(combo: Sequence[tuple[str, Any]]) -> str:
-    """[('PE', 'rope'), ('seed', 1)] -> 'pos=rope seed=1'."""
-    return " ".join(f"{AXES[a].short}={v}" for a, v in combo)
+    """[('PE', 'rope'), ('seed', 1), ('lr', 0.003)] -> 'pos=rope seed=1 lr=0.003'."""
+    return " ".join(f"{AXES[a].short}={v:g}" if isinstance(v, float) else f"{AXES[a].short}={v}" for a, v in combo)
 
 
 def _with(base: RunConfig, combo: Sequence[tuple[str, Any]]) -> RunConfig:

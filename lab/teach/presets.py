@@ -94,7 +94,7 @@ def _variant(base: RunConfig, name: str, model: Optional[dict] = None, task: Opt
 SORT = run_config(
     model=ModelConfig(n_layers=3, n_heads=3, d_model=48, d_ff=192, norm="pre", pos="learned"),
     task=TaskConfig(name="sort", min_len=6, max_len=6, n_symbols=3),
-    train=TrainConfig(steps=500, batch_size=64, lr=5e-4, warmup=0, schedule="constant", weight_decay=0.1,
+    train=TrainConfig(steps=300, batch_size=64, lr=5e-4, warmup=0, schedule="constant", weight_decay=0.1,
                       beta1=0.9, beta2=0.95, grad_clip=1.0, eval_every=25),
     name="sort",
 )
@@ -408,10 +408,10 @@ def _explain_table3(r: Results) -> str:
 PRESETS: dict[str, Preset] = {p.key: p for p in (
     Preset(
         "hello_sort", "Hello, sort",
-        "A 3-layer Transformer sees 6 symbols from {0, 1, 2} and must write them sorted. How many of 500 "
+        "A 3-layer Transformer sees 6 symbols from {0, 1, 2} and must write them sorted. How many of 300 "
         "steps does it need before it sorts every new sequence right?",
         "minGPT's demo notebook (Karpathy): gpt-nano, sort of length 6 over 3 symbols",
-        (SORT,), "held-out exact-match", 10.0, _explain_sort),
+        (SORT,), "held-out exact-match", 6.0, _explain_sort),
     Preset(
         "induction", "Induction heads",
         "Random tokens, then a stretch repeats from a random offset. Can an attention-only model with 1 layer "

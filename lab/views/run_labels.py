@@ -14,6 +14,7 @@ LABEL_FORMATS: dict[str, Callable[[Any], str]] = {  # config column -> its compa
     "model.pos": str, "model.norm": lambda v: f"{v}-LN", "model.n_layers": lambda v: f"L{v}",
     "model.n_heads": lambda v: f"h{v}", "model.d_model": lambda v: f"d{v}", "train.seed": lambda v: f"s{v}",
     "model.arch": lambda v: {"encoder-decoder": "enc-dec", "decoder": "dec"}.get(v, v), "task.name": str,
+    "train.lr": lambda v: f"lr {v}", "train.warmup": lambda v: f"warmup {v}",
 }
 FIELD_LABELS = {f.key: f.spec.label for f in declared_fields()}  # other columns: their label in the UI
 CONFIG_PREFIXES = ("model.", "task.", "train.")
