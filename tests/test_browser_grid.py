@@ -12,6 +12,7 @@ the first test gives it a measured speed whatever test comes first.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 
@@ -162,3 +163,65 @@ def run_hello_sort(page, browser_app) -> None:
     expect(page.locator("#preset-status")).to_contain_text("1 of 1 runs done.", timeout=WAIT_MS)
     assert explanation.split(". ", 1)[1][:60] in page.locator("#preset-status").inner_text()
     print(f"\npreset 'Hello, sort': finished and explained {took:.0f} s after the click")
+
+
+MAP_STATE = """() => { const g = document.querySelector('#compare-stability .js-plotly-plot');
+  return g && g.data ? {title: g.layout.title.text, traces: g.data.map(t => ({name: t.name, x: t.x, y: t.y, z: t.z,
+    text: t.text}))} : null; }"""
+
+
+def test_a_grid_over_learning_rate_and_warmup_draws_the_stability_map_of_the_stores_numbers(page, trained_app):
+    """A grid over two numbers (learning rate x warmup) opens Compare with the stability map: each cell is the
+    run's final held-out loss as the store has it; switching the curve redraws the map with the new measure;
+    picking two runs (one number varies) hides it."""
+    from playwright.sync_api import expect
+
+    page.get_by_role("tab", name="Train").click()
+    fill(page, "#steps", "150")
+    page.locator("#grid").get_by_text("Ablation grid").first.click()
+    choose(page, "#grid-axis-1", "lr")
+    fill(page, "#grid-values-1", "3e-3, 1e-2")
+    choose(page, "#grid-axis-2", "warmup")
+    fill(page, "#grid-values-2", "0, 20")
+    expect(page.locator("#grid-preview")).to_contain_text("4 runs", timeout=WAIT_MS)
+    new = click_and_open_compare(page, trained_app, "#grid-launch", 4)
+    wait_finished(page, trained_app, new, WAIT_MS)
+    summaries = {}
+    for r in new:
+        cfg = json.loads((trained_app.runs_dir / r / "config.json").read_text())
+        summary = json.loads((trained_app.runs_dir / r / "summary.json").read_text())
+        summaries[(f"{cfg['train']['lr']:g}", str(cfg["train"]["warmup"]))] = summary["eval"]
+
+    def drawn(measure: str) -> dict:
+        """The map on the page once every cell says something: {(lr, warmup): its number, or its mark}."""
+        page.wait_for_function(f"() => {{ const s = ({MAP_STATE})(); return s && s.title.includes('{measure}') && "
+                               "s.traces[0].text.flat().every(v => v); }", timeout=WAIT_MS, polling=250)
+        (trace,) = page.evaluate(MAP_STATE)["traces"]
+        assert trace["x"] == ["0.003", "0.01"] and trace["y"] == ["0", "20"], trace
+        return {(x, y): trace["text"][i][j] if trace["z"][i][j] is None else trace["z"][i][j]
+                for i, y in enumerate(trace["y"]) for j, x in enumerate(trace["x"])}
+
+    def expected(measure: str) -> dict:  # a run that learned nothing is marked, not averaged
+        return {k: "✕ did not learn" if v["loss"] >= 0.9 * math.log(11) else pytest.approx(v[measure], rel=1e-6)
+                for k, v in summaries.items()}
+
+    page.locator("#compare-metric input").click()
+    page.locator("#compare-metric").get_by_role("option", name="held-out loss", exact=True).click()
+    page.keyboard.press("Escape")
+    page.locator("#compare-metric .token-remove").first.click()  # the preset-less default curve goes
+    losses = drawn("held-out loss")
+    assert losses == expected("loss"), (losses, summaries)
+    assert any(isinstance(v, float) for v in losses.values()), losses
+    shoot(page, trained_app.runs_dir.parent / "stability-map.png", top="#compare-stability", settle_ms=500)
+
+    page.locator("#compare-metric .token-remove").first.click()
+    page.locator("#compare-metric input").click()
+    page.locator("#compare-metric").get_by_role("option", name="held-out exact-match", exact=True).click()
+    page.keyboard.press("Escape")
+    em = drawn("held-out exact-match")
+    assert em == expected("exact_match"), (em, summaries)
+
+    page.locator("#compare-pick .token-remove").first.click()
+    page.locator("#compare-pick .token-remove").first.click()  # two runs left: the map has nothing to map
+    expect(page.locator("#compare-stability")).to_be_hidden(timeout=WAIT_MS)
+    assert_no_errors(page)

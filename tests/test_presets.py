@@ -408,3 +408,18 @@ def test_grokking_needs_weight_decay():
     no_train = [s.loss for s in r.records[no] if isinstance(s, StepRecord)][-25:]
     assert sum(no_train) / len(no_train) < 0.3 and r.ev(no, "exact_match") < 0.6, r.summaries
     assert not math.isnan(r.ev(no)) and "jumps" in r.text
+
+
+@pytest.mark.slow
+def test_the_stability_map_finds_where_post_ln_fails_without_warmup_and_pre_ln_trains():
+    from lab.teach import stability as s
+
+    r = Ran(PRESETS["stability"])
+    losses = {n: round(r.ev(n), 3) for n in r.summaries}
+    region = s.failing_region(r.summaries)
+    assert region, losses  # some learning rate where post-LN without warmup learned nothing and pre-LN trained
+    for lr in region:
+        assert r.ev(s.name("post", 0, lr)) >= s.FAILS and r.ev(s.name("pre", 0, lr)) <= s.TRAINS, losses
+    assert all(r.ev(s.name(n, 0, 3e-3)) <= s.TRAINS for n in s.NORMS), losses  # at a low rate both train
+    assert r.ev(s.name("post", 150, region[0])) < s.FAILS, losses  # warmup moves post-LN's edge
+    assert "that is the map's failing region" in r.text and "Warmup moves post-LN's edge" in r.text, r.text

@@ -130,6 +130,7 @@ def build_compare_tab(ctx: AppContext, note_source: Optional[NoteSource] = None)
                 diff_only = gr.Checkbox(value=True, label="Configuration: differences only", elem_id="compare-diff")
                 group = gr.Checkbox(value=True, label="Group seed repeats", elem_id="compare-group",
                                     info="Runs that differ only in their seed: mean curve and min-max band.")
+        stability_fig = gr.Plot(label="Stability map", show_label=False, visible=False, elem_id="compare-stability")
         bands = gr.Plot(label="Seed repeats: mean and min-max band", show_label=False, visible=False,
                         elem_id="compare-bands")
         groups = gr.Dataframe(pd.DataFrame(columns=GROUP_COLS), interactive=False, visible=False,
@@ -148,7 +149,8 @@ def build_compare_tab(ctx: AppContext, note_source: Optional[NoteSource] = None)
         build_publish_panel(ctx, pick)
 
     outputs = {"table": table, "pick": pick, "curves": curves, "finals": finals, "configs": configs,
-               "params": params, "bands": bands, "groups": groups, "files": files, "timer": timer, "note": note,
+               "params": params, "stability": stability_fig, "bands": bands, "groups": groups, "files": files,
+               "timer": timer, "note": note,
                "shown": shown}
     note_input = [note_source[0]] if note_source else []
     note_fn: Optional[Callable] = note_source[1] if note_source else None

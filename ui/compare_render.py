@@ -23,8 +23,9 @@ from lab.views.curve_figures import curves_plot
 from lab.views.plots import bands_figure
 from lab.views.curves import colour_map
 from ui.common import AppContext
+from lab.views.stability import stability_plot
 from ui.compare_views import (GROUP_COLS, choices, coloured, final_tables, group_frames, metric_list, only,
-                              run_labels, run_table, series_frames)
+                              run_labels, run_table, series_frames, stability)
 
 NoteSource = tuple[Any, Callable[[AppContext, Any, list[str]], str]]  # (component, fn(ctx, value, run ids))
 
@@ -82,6 +83,15 @@ def group_view(ctx: AppContext, c: Controls, listing: pd.DataFrame) -> tuple[Any
     return gr.Plot(value=fig, visible=True), gr.Dataframe(value=coloured(table_df, "group", colours), visible=True)
 
 
+def stability_view(ctx: AppContext, c: Controls, listing: pd.DataFrame) -> Any:
+    """The stability map of the first curve's final values, shown when the picked runs vary two numeric
+    settings (e.g. learning rate x warmup, a panel per norm placement); hidden otherwise."""
+    m = stability(ctx, list(c.run_ids), c.metrics[0], listing) if c.run_ids else None
+    if m is None:
+        return gr.Plot(value=None, visible=False)
+    return gr.Plot(value=stability_plot(m, c.metrics[0], "loss" in c.metrics[0]), visible=True)
+
+
 def render(ctx: AppContext, c: Controls, shown: dict, note: Optional[Callable[[list[str]], str]] = None) -> dict:
     """The views (by output name) that differ from `shown`, plus the new `shown` under "shown"."""
     listing = ctx.store.list()  # read before any metrics: a run that ends later is redrawn by the next tick
@@ -115,6 +125,8 @@ def render(ctx: AppContext, c: Controls, shown: dict, note: Optional[Callable[[l
             out["params"] = gr.Plot(value=fig, visible=fig is not None)
     if changed("groups", _key([selection, c.metrics[0], c.x, c.smoothing, c.grouped])) or live:
         out["bands"], out["groups"] = group_view(ctx, c, indexed)
+    if changed("stability", _key([selection, c.metrics[0]])) or live:
+        out["stability"] = stability_view(ctx, c, indexed)
     if changed("selection", _key(c.run_ids)) and "selection" in shown:
         out["files"] = gr.File(value=None, visible=False)  # files exported for another selection
     if note is not None and changed("note", note(picked)):

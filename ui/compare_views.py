@@ -16,6 +16,7 @@ from lab.engine.grid import band, group_runs, spread
 from lab.views.plots import params_figure
 from lab.views.curves import CURVES, RENAMED, X_AXES, colour_map, curve
 from lab.views.run_labels import CONFIG_PREFIXES, label_groups, label_runs, short_label
+from lab.views.stability import StabilityMap, run_final, stability_map
 from ui.common import AppContext
 
 # the run table's config columns and the filters come from the fields' declarations (lab/config.py)
@@ -178,6 +179,14 @@ def group_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoot
                          for col, name in GROUP_METRICS.items()}})
     return (pd.concat(bands, ignore_index=True) if bands else pd.DataFrame(),
             pd.DataFrame(table, columns=GROUP_COLS))
+
+
+def stability(ctx: AppContext, run_ids: list[str], metric: str, listing: pd.DataFrame) -> Optional[StabilityMap]:
+    """The picked runs' stability map for the curve `metric` (lab/views/stability.py), or None when they do
+    not vary two numeric settings; metrics are read only for a map."""
+    rows = {r: listing.loc[r].to_dict() for r in dict.fromkeys(run_ids)}
+    kind, col = CURVES[metric]
+    return stability_map(rows, lambda r: run_final(ctx.store.metrics(r), kind, col, str(rows[r].get("state"))))
 
 
 def shows_live(*tables: Any) -> bool:

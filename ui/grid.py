@@ -21,7 +21,7 @@ from ui.compare import opening
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values
 
 EXAMPLES = {"PE": "rope, alibi", "norm": "pre, post", "heads": "1, 2, 4", "layers": "1, 2",
-            "d_model": "32, 64", "seed": "1, 2, 3"}
+            "d_model": "32, 64", "seed": "1, 2, 3", "lr": "1e-3, 3e-3, 1e-2", "warmup": "0, 100"}
 INTRO = (f"Vary up to {MAX_AXES} axes of the config above; every other setting comes from the knobs. Each run is "
          f"named by its values (e.g. `pos=rope seed=1`); integer values may be a range (`0..4`). At most {MAX_RUNS} "
          "runs per grid (larger sweeps: `python -m lab sweep`, on a Ray cluster too). Add a **seed** axis to "

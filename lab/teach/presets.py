@@ -17,6 +17,7 @@ from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.derived import run_config  # n_ctx: the task's longest sequence, as the app and the CLI derive it
 from lab.teach.attention_measures import anti_diagonal_words, knockout_sentence
 from lab.teach.distance import near_and_far
+from lab.teach import stability
 from lab.teach.table3 import ROWS as TABLE3_ROWS
 from lab.teach.table3 import SAME, SPREAD, table
 from lab.teach.table3 import configs as table3_configs
@@ -481,6 +482,12 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "into regions of small gradients",
         (_variant(SCALING, SCALING_RUNS[0]), _variant(SCALING, SCALING_RUNS[1], model=dict(scale="none"))),
         "held-out loss", 101.0, _explain_scaling),
+    Preset(
+        "stability", "Stability map: when post-LN needs warmup",
+        "Pre-LN and post-LN, each at 4 learning rates x 3 warmups (24 runs, one seed). Predict: where on the map "
+        "does post-LN learn nothing without warmup while pre-LN still trains, and does warmup move that edge?",
+        "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture (here 200 steps, cosine decay)",
+        tuple(stability.configs()), "held-out loss", 220.0, stability.explain),
     Preset(
         "table3", "Table 3 at toy scale",
         "The paper's Table 3 changes one thing at a time: one head or 32, a smaller d_k, a third of the layers, "
