@@ -85,11 +85,15 @@ def test_labels_lead_with_what_tells_runs_apart_and_read_like_the_ui(ctx):
     labels = run_labels(ctx, [a, b])
     assert labels[a].startswith("copy ") and labels[b].startswith("induction ")
     assert all(len(v) <= LEGEND_CHARS and "=" not in v for v in labels.values()), labels
-    # fields outside the short forms are named by their label in the UI
+    # fields outside the short forms are named by their label in the UI; the grid's lr and warmup axes by their
+    # short names, as a grid names its runs (lr=0.01)
+    wd, clip = add(ctx, change(BASE, **{"train.weight_decay": 0.5})), add(ctx, change(BASE, **{"train.grad_clip": 0.0}))
+    labels = run_labels(ctx, [a, wd, clip])
+    assert labels[wd].startswith("weight decay 0.5 ") and "gradient clip 0" in labels[clip], labels
+    assert not any(code in v for v in labels.values() for code in ("=", "weight_decay", "_")), labels
     lr, warm = add(ctx, change(BASE, **{"train.lr": 0.01})), add(ctx, change(BASE, **{"train.warmup": 0}))
     labels = run_labels(ctx, [a, lr, warm])
-    assert labels[lr].startswith("learning rate 0.01 ") and "warmup steps 0" in labels[warm], labels
-    assert not any(code in v for v in labels.values() for code in ("=", "lr ", "warmup=", "_")), labels
+    assert labels[lr].startswith("lr 0.01 ") and labels[warm].startswith("lr 0.003 warmup 0 "), labels
 
 
 def test_the_picker_names_picked_runs_as_the_curves_and_tables_do(ctx):

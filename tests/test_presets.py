@@ -19,7 +19,7 @@ from lab.records import EvalRecord, SnapshotRecord, StepRecord
 from lab.tasks import get_task
 
 EXPECTED = {"hello_sort", "induction", "pre_post_ln", "short_long", "beyond", "encoder_decoder", "grokking",
-            "why_attention", "why_residuals", "why_scaling", "table3"}
+            "why_attention", "why_residuals", "why_scaling", "stability", "table3"}
 
 
 # ---- fast: well-formed -----------------------------------------------------------------------------
@@ -28,7 +28,8 @@ def test_every_preset_of_the_issue_is_there():
     titles = {p.title for p in PRESETS.values()}
     assert {"Hello, sort", "Induction heads", "Pre-LN vs post-LN", "Train short, test long",
             "Positions beyond training", "Original encoder-decoder", "Grokking", "Why attention, not recurrence",
-            "Why residual connections", "Why 1/√d_k", "Table 3 at toy scale"} == titles
+            "Why residual connections", "Why 1/√d_k", "Stability map: when post-LN needs warmup",
+            "Table 3 at toy scale"} == titles
 
 
 @pytest.mark.parametrize("key", sorted(EXPECTED))

@@ -96,7 +96,7 @@ SORT = run_config(
     model=ModelConfig(n_layers=3, n_heads=3, d_model=48, d_ff=192, norm="pre", pos="learned"),
     task=TaskConfig(name="sort", min_len=6, max_len=6, n_symbols=3),
     train=TrainConfig(steps=300, batch_size=64, lr=5e-4, warmup=0, schedule="constant", weight_decay=0.1,
-                      beta1=0.9, beta2=0.95, grad_clip=1.0, eval_every=25),
+                      beta1=0.9, beta2=0.95, grad_clip=1.0, eval_every=15),
     name="sort",
 )
 
@@ -487,7 +487,7 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "Pre-LN and post-LN, each at 4 learning rates x 3 warmups (24 runs, one seed). Predict: where on the map "
         "does post-LN learn nothing without warmup while pre-LN still trains, and does warmup move that edge?",
         "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture (here 200 steps, cosine decay)",
-        tuple(stability.configs()), "held-out loss", 220.0, stability.explain),
+        tuple(stability.configs()), "held-out loss", 280.0, stability.explain),
     Preset(
         "table3", "Table 3 at toy scale",
         "The paper's Table 3 changes one thing at a time: one head or 32, a smaller d_k, a third of the layers, "

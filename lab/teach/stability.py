@@ -19,7 +19,7 @@ from lab.engine.grid import build_grid, run_name
 BASE = run_config(
     model=ModelConfig(n_layers=4, n_heads=4, d_model=64, d_ff=256, norm="pre", pos="learned"),
     task=TaskConfig(name="sort", min_len=12, max_len=12, n_symbols=10),
-    train=TrainConfig(steps=200, batch_size=64, lr=1e-2, warmup=0, schedule="cosine", eval_every=50,
+    train=TrainConfig(steps=200, batch_size=64, lr=1e-2, warmup=0, schedule="cosine", eval_every=10,
                       eval_samples=256, snapshots=0),
 )
 NORMS, WARMUPS, LRS = ("pre", "post"), (0, 50, 150), (3e-3, 1e-2, 3e-2, 1e-1)
