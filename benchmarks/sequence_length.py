@@ -101,11 +101,36 @@ def table(rows: list[dict], device: torch.device, threads: int) -> str:
     return "\n".join(lines)
 
 
-def write(text: str, device: torch.device) -> None:
-    """RESULTS.md keeps one block per device type (a CPU run leaves the GPU's figures alone)."""
-    kind = device.type
+READING = {  # what the numbers say, per device type (written under the table)
+    "cpu": "On one CPU thread every operation runs one after another anyway, so the Transformer's parallelism over "
+           "positions buys nothing and its attention adds work that grows with T: the LSTM trains more tokens per "
+           "second, more so at longer sequences. The paper's argument (O(1) sequential operations per layer against "
+           "O(n)) is about parallel hardware: see the GPU block.",
+    "cuda": "At these sizes a step is a few kernel launches: cuDNN's fused LSTM kernel is faster per token at short "
+            "sequences, and the Transformer overtakes it once the recurrence's T sequential steps dominate.",
+}
+MEASURED = HERE.parent / "lab" / "teach" / "sequence_length.json"  # what the why-attention preset quotes
+
+
+def device_name(device: torch.device) -> str:
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "one CPU thread"
+
+
+def write(text: str, rows: list[dict], device: torch.device, threads: int) -> None:
+    """RESULTS.md keeps one block per device type (a CPU run leaves the GPU's figures alone), and
+    lab/teach/sequence_length.json the rows per device type, for the why-attention preset's explanation."""
+    kind, day = device.type, time.strftime("%Y-%m-%d")
+    where = device_name(device) if kind == "cuda" else f"this machine, {threads} thread(s)"
+    note = f"Measured {day} on {where} (torch {torch.__version__}). {READING.get(kind, '')}"
     write_block(f"<!-- sequence_length:{kind}:start -->", f"<!-- sequence_length:{kind}:end -->",
-                f"## Sequence length on {kind}: Transformer against LSTM (benchmarks/sequence_length.py)\n\n" + text)
+                f"## Sequence length on {kind}: Transformer against LSTM (benchmarks/sequence_length.py)\n\n"
+                + text + "\n\n" + note)
+    measured = json.loads(MEASURED.read_text()) if MEASURED.exists() else {}
+    names = [k for k in rows[0] if k not in ("T", "B", "ratio", "params")]
+    measured[kind] = {"device": device_name(device), "date": day, "torch": torch.__version__, "threads": threads,
+                      "params": rows[0]["params"], "rows": [{"T": r["T"], "B": r["B"], "transformer": r[names[0]],
+                                                             "lstm": r[names[1]]} for r in rows]}
+    MEASURED.write_text(json.dumps(measured, indent=1, sort_keys=True) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     text = table(rows, device, args.threads)
     sys.stdout.write(text + "\n")
-    write(text, device)
+    write(text, rows, device, args.threads)
     return 0
 
 

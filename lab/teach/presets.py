@@ -17,7 +17,7 @@ from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.derived import run_config  # n_ctx: the task's longest sequence, as the app and the CLI derive it
 from lab.teach.attention_measures import anti_diagonal_words, knockout_sentence
 from lab.teach.distance import near_and_far
-from lab.teach import stability
+from lab.teach import length_scan, stability
 from lab.teach.table3 import ROWS as TABLE3_ROWS
 from lab.teach.table3 import SAME, SPREAD, table
 from lab.teach.table3 import configs as table3_configs
@@ -328,6 +328,8 @@ def _explain_recurrence(r: Results) -> str:
                 "earlier position in one step." if a1 < a0 - 0.2 else
                 ", about the same at every distance: its one state vector must hold all 16 symbols when the answer "
                 "starts (the bottleneck attention removed: Bahdanau et al. 2015).")
+    scan = length_scan.sentence()
+    speed += f" {scan}" if scan else ""
     if em_t >= 0.99 and em_l < 0.5:
         when = f" from step {step} on ({secs:.0f} s)" if step and secs else ""
         return (f"The Transformer reversed every held-out sequence of 16 symbols{when}; the LSTM, at about the same "
