@@ -167,7 +167,8 @@ def run_hello_sort(page, browser_app) -> None:
 
 MAP_STATE = """() => { const g = document.querySelector('#compare-stability .js-plotly-plot');
   return g && g.data ? {title: g.layout.title.text, traces: g.data.map(t => ({name: t.name, x: t.x, y: t.y, z: t.z,
-    text: t.text}))} : null; }"""
+    text: t.text})), notes: (g.layout.annotations || []).filter(a => a.xref !== 'paper').map(a => ({x: a.x, y: a.y,
+    text: a.text})), drawn: g.querySelectorAll('.annotation-text').length} : null; }"""
 
 
 def test_a_grid_over_learning_rate_and_warmup_draws_the_stability_map_of_the_stores_numbers(page, trained_app):
@@ -194,15 +195,20 @@ def test_a_grid_over_learning_rate_and_warmup_draws_the_stability_map_of_the_sto
 
     def drawn(measure: str) -> dict:
         """The map on the page once every cell says something: {(lr, warmup): its number, or its mark}."""
-        page.wait_for_function(f"() => {{ const s = ({MAP_STATE})(); return s && s.title.includes('{measure}') && "
-                               "s.traces[0].text.flat().every(v => v); }", timeout=WAIT_MS, polling=250)
-        (trace,) = page.evaluate(MAP_STATE)["traces"]
+        page.wait_for_function(f"() => {{ const s = ({MAP_STATE})(); return s && s.title.startsWith('Stability map: final {measure}<br>') && "
+                               "s.traces[0].z.flat().filter(v => v === null).length == s.notes.length && "
+                               "s.notes.every(n => n.text && !n.text.includes('training')); }",
+                               timeout=WAIT_MS, polling=250)
+        state = page.evaluate(MAP_STATE)
+        (trace,) = state["traces"]
         assert trace["x"] == ["0.003", "0.01"] and trace["y"] == ["0", "20"], trace
-        return {(x, y): trace["text"][i][j] if trace["z"][i][j] is None else trace["z"][i][j]
+        written = {(trace["x"][n["x"]], trace["y"][n["y"]]): n["text"] for n in state["notes"]}  # at category numbers
+        assert state["drawn"] >= len(written) + 1, state  # the notes and the panel's title are on the page
+        return {(x, y): written[(x, y)] if trace["z"][i][j] is None else trace["z"][i][j]
                 for i, y in enumerate(trace["y"]) for j, x in enumerate(trace["x"])}
 
     def expected(measure: str) -> dict:  # a run that learned nothing is marked, not averaged
-        return {k: "✕ did not learn" if v["loss"] >= 0.9 * math.log(11) else pytest.approx(v[measure], rel=1e-6)
+        return {k: "✕ did not<br>learn" if v["loss"] >= 0.9 * math.log(11) else pytest.approx(v[measure], rel=1e-6)
                 for k, v in summaries.items()}
 
     page.locator("#compare-metric input").click()

@@ -49,6 +49,14 @@ def traces(plot) -> list[dict]:
     return json.loads(plot.value["plot"])["data"]
 
 
+def notes(plot) -> dict[tuple[str, str, str], str]:
+    """What is written on the cells without a colour: {(x axis, x, y): text}, as the page receives it."""
+    fig = json.loads(plot.value["plot"])
+    xs, ys = fig["data"][0]["x"], fig["data"][0]["y"]  # a category axis places a note at the category's number
+    return {(a["xref"], xs[a["x"]], ys[a["y"]]): a["text"] for a in fig["layout"].get("annotations", [])
+            if a.get("xref") != "paper"}
+
+
 def test_a_grid_over_two_numbers_maps_its_seed_means_a_panel_per_norm_and_marks_what_did_not_train(ctx):
     cfgs = build_grid(BASE, [("norm", "pre, post"), ("lr", "1e-3, 3e-2"), ("warmup", "0, 100"), ("seed", "0, 1")],
                       max_runs=64, max_axes=4)
@@ -64,12 +72,13 @@ def test_a_grid_over_two_numbers_maps_its_seed_means_a_panel_per_norm_and_marks_
     assert pre["x"] == ["0.001", "0.03"] and pre["y"] == ["0", "100"]
     # z[warmup][lr]: seeds 0 and 1 averaged (0.1 and 0.2; at 3e-2 twice that)
     assert pre["z"] == [pytest.approx([0.15, 0.3]), pytest.approx([0.15, 0.3])]
-    assert post["z"][0][1] is None and post["text"][0][1] == "✕ did not learn (2)"
+    assert post["z"][0][1] is None and post["text"][0][1] == ""  # no colour, no number: its reason on grey
+    assert notes(shown) == {("x2", "0.03", "0"): "✕ did not<br>learn (2)"}
     assert post["z"][1][1] == pytest.approx(0.3) and post["text"][1][1] == "0.3<br>n=2"
 
     # another curve: the map follows it (exact-match, higher is better); a run's batch loss is not averaged in
     em = traces(picked_map(ctx, list(ids.values()), "held-out exact-match"))
-    assert em[0]["z"][0][0] == pytest.approx(0.25) and em[1]["text"][0][1] == "✕ did not learn (2)"
+    assert em[0]["z"][0][0] == pytest.approx(0.25) and em[1]["z"][0][1] is None
     assert not json.loads(picked_map(ctx, list(ids.values()), "held-out exact-match").value["plot"])[
         "layout"]["coloraxis"]["reversescale"]
 
@@ -96,18 +105,22 @@ def test_cells_average_seeds_and_say_why_a_cell_is_marked():
     assert cell_text(m.cell(pre, 1e-3, 0)) == "0.15<br>n=2"
     stuck = m.cell(post, 3e-2, 0)
     assert stuck.mean is None and stuck.marks == ("did not learn", "did not learn")
-    assert cell_text(stuck) == "✕ did not learn (2)"
+    assert cell_text(stuck) == "✕ did not<br>learn (2)"
     half = m.cell(pre, 3e-2, 0)  # one seed diverged: the mean is the other seed's, the cell says so
-    assert half.mean == pytest.approx(0.1) and cell_text(half) == "0.1<br>✕ 1 of 2 diverged"
-    assert cell_text(m.cell(pre, 1e-3, 100)) == "0.1<br>✕ 1 of 2 failed"
+    assert half.mean == pytest.approx(0.1) and cell_text(half) == "0.1<br>✕ 1 of 2<br>diverged"
+    assert cell_text(m.cell(pre, 1e-3, 100)) == "0.1<br>✕ 1 of 2<br>failed"
 
     fig = stability_plot(m, "held-out loss", lower_is_better=True)
     assert [t.name for t in fig.data] == ["pre-LN", "post-LN"]
     assert list(fig.data[1].x) == ["0.001", "0.03"] and list(fig.data[1].y) == ["0", "100"]
-    assert fig.data[1].z[0][1] is None and fig.data[1].text[0][1] == "✕ did not learn (2)"  # (warmup 0, lr 0.03)
+    assert fig.data[1].z[0][1] is None and fig.data[1].text[0][1] == ""  # (warmup 0, lr 0.03): written on grey
+    written = {(a.xref, fig.data[1].x[a.x], fig.data[1].y[a.y]): a.text for a in fig.layout.annotations
+               if a.xref != "paper"}
+    assert written == {("x2", "0.03", "0"): "✕ did not<br>learn (2)"}
     assert fig.data[0].z[1][0] == pytest.approx(0.1)  # pre, warmup 100, lr 1e-3: the seed that did not fail
     assert fig.layout.coloraxis.reversescale is True  # a loss: lower is brighter
-    assert "Learning rate" in fig.layout.xaxis.title.text and "Warmup steps" in fig.layout.yaxis.title.text
+    assert fig.layout.xaxis2.title.text == "Learning rate" and fig.layout.xaxis.title.text is None  # the bottom panel's
+    assert fig.layout.yaxis.title.text == fig.layout.yaxis2.title.text == "Warmup steps"
 
 
 def test_no_map_without_two_numeric_settings_or_with_too_many_panels():
@@ -145,7 +158,7 @@ def test_compare_draws_the_map_for_a_grid_and_hides_it_for_other_runs(ctx):
     shown = picked_map(ctx, ids)
     assert shown.visible
     (only,) = traces(shown)
-    assert only["name"] == "all runs" and only["text"][0][1] == "✕ did not learn"
+    assert only["name"] == "all runs" and notes(shown) == {("x", "0.03", "0"): "✕ did not<br>learn"}
     assert not picked_map(ctx, ids[:2]).visible  # two runs: one numeric setting varies
 
 
@@ -165,4 +178,9 @@ def test_the_preset_is_the_grid_and_its_explanation_quotes_the_region():
     assert "at 0.03, post-LN ended at 0 warmup steps 2.29, 50 warmup steps 2.00, 150 warmup steps 0.50" in text
     results[preset.name("post", 0, 3e-2)] = {"eval": {"loss": 0.2}}
     results[preset.name("post", 0, 1e-1)] = {"eval": {"loss": 0.3}}
-    assert preset.failing_region(results) == [] and "no learning rate separated them" in preset.explain(results)
+    assert preset.failing_region(results) == []
+    text = preset.explain(results)
+    assert "no learning rate had both post-LN learning nothing without warmup (loss at least 2.07)" in text, text
+    assert "The widest gap was at 0.03: pre-LN 0.10, post-LN 0.20." in text and "not the preset's" not in text, text
+    short = {n: v | {"steps": 60} for n, v in results.items()}
+    assert "after 60 steps" in preset.explain(short) and "trained 60 steps, not the preset's 200" in preset.explain(short)

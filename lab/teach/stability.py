@@ -60,12 +60,15 @@ def explain(r: Mapping[str, Mapping[str, Any]], lr_text: Optional[dict[float, st
     """The explanation, from the measured final held-out losses."""
     lr_of = lr_text or {lr: f"{lr:g}" for lr in LRS}
     region = failing_region(r)
-    head = f"Final held-out loss after {BASE.train.steps} steps (guessing: ln 10 = {CHANCE:.2f}). "
+    steps = next((v.get("steps") for v in r.values() if v and v.get("steps")), BASE.train.steps)
+    head = f"Final held-out loss after {steps} steps (guessing: ln 10 = {CHANCE:.2f}). "
     if not region:
         worst = max(LRS, key=lambda lr: _loss(r, "post", 0, lr) - _loss(r, "pre", 0, lr))
-        return head + (f"This time no learning rate separated them: at {lr_of[worst]} without warmup pre-LN ended at "
-                       f"{_n(_loss(r, 'pre', 0, worst))} and post-LN at {_n(_loss(r, 'post', 0, worst))}. Try another "
-                       "seed (add a seed axis): where the edge lies is partly luck.")
+        return head + (f"This time no learning rate had both post-LN learning nothing without warmup (loss at least "
+                       f"{FAILS:.2f}) and pre-LN training (at most {TRAINS}). The widest gap was at {lr_of[worst]}: "
+                       f"pre-LN {_n(_loss(r, 'pre', 0, worst))}, post-LN {_n(_loss(r, 'post', 0, worst))}. "
+                       + (f"These runs trained {steps} steps, not the preset's {BASE.train.steps}; " if steps !=
+                          BASE.train.steps else "") + "where the edge lies is partly luck: add a seed axis.")
     lr = region[0]
     post_w = ", ".join(f"{w} warmup steps {_n(_loss(r, 'post', w, lr))}" for w in WARMUPS)
     fine = [x for x in LRS if max(_loss(r, "pre", 0, x), _loss(r, "post", 0, x)) <= TRAINS]

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
+from lab.config import declared_fields
 from lab.engine.grid import SEED, varied_columns
 from lab.views.run_labels import FIELD_LABELS, compact
 
@@ -78,6 +79,15 @@ def _plain(v: Any) -> Any:
     return v.item() if hasattr(v, "item") else v
 
 
+CHOICES = {f.key: f.choices for f in declared_fields() if f.choices}  # a text field's values in declared order
+
+
+def _panel_order(panel: tuple) -> tuple:
+    """Panels in the order of their fields' declared choices (pre-LN before post-LN), numbers ascending."""
+    return tuple((CHOICES[c].index(v), "") if v in CHOICES.get(c, ()) else (0, str(v)) if not _is_number(v)
+                 else (v, "") for c, v in panel)
+
+
 def stability_map(rows: Mapping[str, Mapping[str, Any]], final: Callable[[str], RunFinal]) -> Optional[StabilityMap]:
     """The map of runs `rows` (run id -> flat config columns), `final(run id)` read only for a map, or None unless their
     configs differ in at least two numeric columns besides the seed, in at most MAX_PANELS combinations of
@@ -92,7 +102,8 @@ def stability_map(rows: Mapping[str, Mapping[str, Any]], final: Callable[[str], 
         return None
     x, y = numeric[:2]
     others = [c for c in varied if c not in (x, y)]
-    panels = tuple(dict.fromkeys(tuple((c, cfg.get(c)) for c in others) for cfg in configs.values()))
+    panels = tuple(sorted(dict.fromkeys(tuple((c, cfg.get(c)) for c in others) for cfg in configs.values()),
+                          key=_panel_order))
     if len(panels) > MAX_PANELS:
         return None
     groups: dict[tuple, list[RunFinal]] = {}
@@ -111,11 +122,11 @@ def cell_text(c: Optional[Cell]) -> str:
     """What a cell says: its mean (and how many runs), or why it has none."""
     if c is None:
         return ""
-    if c.marks and len(c.marks) == c.runs:
-        return "✕ " + c.marks[0] + (f" ({c.runs})" if c.runs > 1 else "")
+    if c.marks and len(c.marks) == c.runs:  # "did not learn" in two lines: a phone's cell is about 70 px wide
+        return "✕ " + c.marks[0].replace("did not ", "did not<br>") + (f" ({c.runs})" if c.runs > 1 else "")
     text = "training…" if c.mean is None and c.live else "" if c.mean is None else f"{c.mean:.3g}"
     if c.marks:
-        text += f"<br>✕ {len(c.marks)} of {c.runs} {c.marks[0]}"
+        text += f"<br>✕ {len(c.marks)} of {c.runs}<br>{c.marks[0]}"
     elif c.runs > 1 and c.mean is not None:
         text += f"<br>n={c.runs}"
     return text
@@ -131,36 +142,44 @@ def panel_title(panel: tuple) -> str:
 
 
 def stability_plot(m: StabilityMap, metric: str, lower_is_better: bool) -> Any:
-    """A plotly figure: a heatmap per panel side by side, one colour scale for all (so panels compare),
-    each cell's mean written in it, marked cells blank with the reason written."""
+    """A plotly figure: a heatmap per panel, one under another (a phone's width holds one panel's cells, not
+    two side by side), one colour scale for all (so panels compare), each cell's mean written in it, a cell
+    without a mean grey with its reason written."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     values = [c.mean for c in m.cells if c.mean is not None]
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     xs, ys = [_value(v) for v in m.xs], [_value(v) for v in m.ys]
-    fig = make_subplots(rows=1, cols=len(m.panels), subplot_titles=[panel_title(p) for p in m.panels],
-                        horizontal_spacing=0.08, shared_yaxes=True)
+    n = len(m.panels)
+    fig = make_subplots(rows=n, cols=1, subplot_titles=[panel_title(p) for p in m.panels], vertical_spacing=0.35 / n,
+                        shared_xaxes=True)
     for i, panel in enumerate(m.panels):
         cells = [[m.cell(panel, xv, yv) for xv in m.xs] for yv in m.ys]  # (ys, xs): rows are y values
         fig.add_trace(go.Heatmap(
             x=xs, y=ys, z=[[c.mean if c else None for c in row] for row in cells],
-            text=[[cell_text(c) for c in row] for row in cells], texttemplate="%{text}", textfont={"size": 11},
-            coloraxis="coloraxis", name=panel_title(panel), xgap=2, ygap=2,
-            hovertemplate=f"{panel_title(panel)}<br>%{{x}}, %{{y}}<br>{metric} %{{z:.4g}}<extra></extra>"),
-            row=1, col=i + 1)
+            text=[[cell_text(c) if c and c.mean is not None else "" for c in row] for row in cells],
+            texttemplate="%{text}", textfont={"size": 11}, coloraxis="coloraxis", name=panel_title(panel),
+            xgap=2, ygap=2, hovertemplate=f"{panel_title(panel)}<br>%{{x}}, %{{y}}<br>{metric} %{{z:.4g}}<extra></extra>"),
+            row=i + 1, col=1)
+        for yi, row in enumerate(cells):  # a cell without a mean has no colour: its reason is written on grey
+            for xi, c in enumerate(row):
+                if c is None or c.mean is None:  # at the categories' serial numbers (plotly's rule for category axes)
+                    fig.add_annotation(x=xi, y=yi, text=cell_text(c) or "no run", showarrow=False, row=i + 1, col=1,
+                                       font={"size": 11, "color": "#b03a2e" if c and c.marks else "#555555"},
+                                       bgcolor="#eeeeee", borderpad=4)
     better = "lower is better" if lower_is_better else "higher is better"
     fig.update_layout(
-        title={"text": f"Stability map: final {metric}, mean over seeds ({better}); ✕ = failed, diverged or did "
-                       "not learn", "font": {"size": 13}, "x": 0, "xanchor": "left"},
+        title={"text": f"Stability map: final {metric}<br><span style='font-size:11px'>mean over seeds, {better}; "
+                       "✕ failed, diverged<br>or did not learn (final held-out loss at least 0.9 of the first "
+                       "batch's)</span>", "font": {"size": 13}, "x": 0, "xanchor": "left", "y": 0.98, "yanchor": "top"},
         coloraxis={"colorscale": "Viridis", "reversescale": lower_is_better, "cmin": lo, "cmax": hi,
                    "colorbar": {"title": {"text": metric, "side": "right"}, "thickness": 12}},
-        height=150 + 45 * len(m.ys), template="plotly_white", margin={"l": 10, "r": 10, "t": 70, "b": 10})
-    fig.update_xaxes(type="category", title_text=FIELD_LABELS.get(m.x, m.x), automargin=True)
-    fig.update_yaxes(type="category", automargin=True)
-    fig.update_yaxes(title_text=FIELD_LABELS.get(m.y, m.y), row=1, col=1)
+        height=110 + n * (60 + 40 * len(m.ys)), template="plotly_white", margin={"l": 10, "r": 10, "t": 115, "b": 10})
+    fig.update_xaxes(type="category", automargin=True)
+    fig.update_xaxes(title_text=FIELD_LABELS.get(m.x, m.x), row=n, col=1)
+    fig.update_yaxes(type="category", automargin=True, title_text=FIELD_LABELS.get(m.y, m.y))
     return fig
-
 
 
 def run_final(metrics: Any, kind: str, column: str, state: str) -> RunFinal:
