@@ -135,3 +135,39 @@ def test_on_the_induction_preset_the_induction_score_appears_in_layer_1_only(tmp
     assert max(induction["layer 1 head 0"][-1], induction["layer 1 head 1"][-1]) > 0.4  # the end: one in layer 1
     assert max(induction["layer 0 head 0"][-1], induction["layer 0 head 1"][-1]) < 0.1  # and none in layer 0
     assert out["induction_forms_at"] is not None and 0 < out["induction_forms_at"] <= out["steps"][-1]
+
+
+def test_the_learn_page_draws_the_scores_the_command_prints_and_the_losses_steepest_fall(tmp_path, capsys):
+    from lab.engine.jobs import JobManager
+    from lab.engine.store import RunStore
+    from lab.teach.lesson_circuits import steepest_fall
+    from ui.common import AppContext
+    from ui.learn import page_view
+
+    run_id = trained(tmp_path, TINY, capsys)
+    assert main(["heads", run_id, "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    store = RunStore(tmp_path / "runs")
+    fig, source, caption = page_view(AppContext(store=store, jobs=JobManager(store, max_concurrent=1)), "circuits",
+                                     run_id, "")
+    induction = np.asarray(fig.axes[0].images[0].get_array())  # (heads, steps), as drawn
+    assert np.allclose(induction, [v for v in printed["scores"]["induction"].values()], atol=1e-4)
+    top = max(v[-1] for v in printed["scores"]["induction"].values())
+    assert f"to {top:.2f} at step {printed['steps'][-1]}" in caption, caption
+    assert f"at {len(printed['steps'])} steps" in caption and "final weights after 30 steps" in source
+    m = store.metrics(run_id)
+    losses = [(int(s), float(v)) for s, v in zip(m[m["kind"] == "eval"]["step"], m[m["kind"] == "eval"]["loss"])]
+    fall = steepest_fall(losses)
+    assert fall is None or f"fell fastest between steps {fall[0]} and {fall[1]}" in caption, caption
+    store.close()
+
+
+def test_the_steepest_fall_is_the_largest_drop_per_step():
+    assert steepest_fall_of([(0, 7.0), (100, 6.5), (150, 3.0), (300, 2.0)]) == (100, 150, 6.5, 3.0)
+    assert steepest_fall_of([(0, 1.0), (10, 1.2)]) is None and steepest_fall_of([(5, 1.0)]) is None
+    assert steepest_fall_of([(0, 5.0), (20, float("nan")), (40, 1.0)]) == (0, 40, 5.0, 1.0)  # a NaN is skipped
+
+
+def steepest_fall_of(losses):
+    from lab.teach.lesson_circuits import steepest_fall
+    return steepest_fall(losses)

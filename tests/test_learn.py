@@ -47,7 +47,7 @@ def subjects() -> dict[str, lessons.Subject]:
 # ---- pages -------------------------------------------------------------------------------------------
 def test_pages_follow_the_data_flow():
     assert PAGE_KEYS == ("embedding", "positional", "qkv", "scaling", "mask", "softmax", "heads", "norm", "ff",
-                         "cross", "output", "interventions")
+                         "cross", "output", "interventions", "circuits")
     assert [p.title.split(" · ")[0] for p in PAGES] == [str(i) for i in range(1, len(PAGES) + 1)]
     assert tuple(DRAW) == PAGE_KEYS  # one picture per page
     for p in PAGES:
@@ -60,7 +60,7 @@ def test_pages_follow_the_data_flow():
 
 def test_neighbour_pages_clamp_at_the_ends():
     assert neighbour("embedding", -1) == "embedding" and neighbour("embedding", 1) == "positional"
-    assert neighbour("interventions", 1) == "interventions" and neighbour("interventions", -1) == "output"
+    assert neighbour("circuits", 1) == "circuits" and neighbour("circuits", -1) == "interventions"
     assert neighbour(None, 1) == "positional"
 
 

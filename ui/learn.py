@@ -7,6 +7,7 @@ in lab/teach/lessons.py and their figures in lab/teach/lesson_figures.py.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Optional
 
 import gradio as gr
@@ -43,7 +44,17 @@ def subject_for(ctx: AppContext, run_id: Optional[str]) -> Subject:
                                   f"initialisation it starts from")
     steps = (ctx.store.summary(run_id) or {}).get("steps")
     return Subject(cfg, weights, f"run {label}, its final weights" + (f" after {steps} steps" if steps else ""),
-                   int(steps) if steps else None)
+                   int(steps) if steps else None, history=partial(run_history, ctx, run_id))
+
+
+def run_history(ctx: AppContext, run_id: str) -> tuple[list, list[tuple[int, float]]]:
+    """The run's role scores at each snapshot step and its held-out loss at each evaluation (the circuits page)."""
+    from lab.circuits.head_roles import scores_over_training
+
+    m = ctx.store.metrics(run_id)
+    evals = m[m["kind"] == "eval"] if len(m) else m
+    losses = [(int(s), float(v)) for s, v in zip(evals.get("step", []), evals.get("loss", []))]
+    return scores_over_training(ctx.store, run_id), losses
 
 
 def page_view(ctx: AppContext, key: str, run_id: Optional[str], probe: str):

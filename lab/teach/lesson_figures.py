@@ -18,7 +18,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 
 from lab.interventions import head_name
-from lab.teach import lesson_interventions, lessons
+from lab.teach import lesson_circuits, lesson_interventions, lessons
 from lab.params import COMPONENTS
 from lab.views.analysis import ProbeInput, positional_view
 from lab.config import ConfigError
@@ -334,7 +334,7 @@ def output(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
 DRAW: dict[str, Callable[[lessons.Subject, ProbeInput], tuple[Figure, str]]] = {
     "embedding": embedding, "positional": positional, "qkv": qkv, "scaling": scaling, "mask": mask,
     "softmax": softmax, "heads": heads, "norm": norm, "ff": ff, "cross": cross, "output": output,
-    "interventions": lesson_interventions.interventions,
+    "interventions": lesson_interventions.interventions, "circuits": lesson_circuits.circuits,
 }
 
 

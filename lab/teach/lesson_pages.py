@@ -146,6 +146,20 @@ PAGES: tuple[Page, ...] = (
          "layer. Right: the probe's answer intact and with the head that matters most knocked out. In Inspect, "
          "click a cell of the importance map to knock that head out and see the answer change; combine "
          "knockouts, skip a feed-forward layer or remove the positional encoding."),
+    Page("circuits", "13 · Circuits forming",
+         "A trained model's heads have roles, and training is when they appear. Give a model random tokens "
+         "followed by the same tokens again ([A B C | A B C]): a *previous-token* head attends from each token "
+         "to the one before it; an *induction* head attends from a repeated token to the token that followed "
+         "its first occurrence, the one to copy (Olsson et al. 2022). This lab keeps each run's weights at its "
+         "snapshot steps, so it can measure every head's role at each of them: the moment a circuit forms. In "
+         "the *Induction heads* preset the induction score of a layer-1 head jumps within a few hundred steps, "
+         "and the held-out loss falls at the same time (a phase change).",
+         r"\mathrm{score}_{	ext{induction}}(h) = rac{1}{L} \sum_{i=L}^{2L-1} a^{h}_{i,\; i-L+1}, \qquad "
+         r"\mathrm{score}_{	ext{prev}}(h) = rac{1}{2L-1} \sum_{i=1}^{2L-1} a^{h}_{i,\; i-1}",
+         "Left and middle: every head's induction and previous-token score at each snapshot step (a row per "
+         "head). Right: the held-out loss on the same step axis; the dashed line marks the step the top "
+         "induction score first passed 0.4. Pick the *Induction heads* preset's 2-layer run; `python -m lab "
+         "heads RUN_ID` prints all five scores."),
 )
 PAGE_KEYS: tuple[str, ...] = tuple(p.key for p in PAGES)
 

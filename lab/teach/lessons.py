@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import numpy as np
 import torch
@@ -34,6 +34,8 @@ class Subject:
     weights: Optional[dict[str, Tensor]]  # trained weights; None = the config's seeded initialisation
     source: str  # one line for the page: which model the pictures show
     step: Optional[int] = None  # the training step of `weights`, where known: measured sentences quote it
+    # the run's history, read when a page needs it: (role scores per snapshot step, held-out loss per evaluation)
+    history: Optional[Callable[[], tuple[list, list[tuple[int, float]]]]] = None
 
     @property
     def trained(self) -> bool:
