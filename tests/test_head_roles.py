@@ -118,7 +118,7 @@ def test_a_run_without_decoder_heads_is_refused_by_name(tmp_path, capsys, arch):
     run_id = trained(tmp_path, cfg, capsys)
     assert main(["heads", run_id, "--runs-dir", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err
-    assert f"is a {arch} run" in err and "decoder-only" in err, err
+    assert f"its architecture is {arch}" in err and "decoder-only" in err, err
 
 
 @pytest.mark.slow

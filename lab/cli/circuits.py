@@ -1,10 +1,16 @@
-"""Command line for circuits forming over training: `python -m lab heads RUN_ID [--json]`.
+"""Command line for circuits forming over training: `python -m lab heads RUN_ID [--json]` and
+`python -m lab fourier RUN_ID [--top K] [--json]`.
 
 `heads` measures every attention head's role scores (previous-token, induction, duplicate-token,
 first-token, self: lab/circuits/head_roles.py) on the weights kept at each snapshot step and at the end,
 and prints a table per score (a row per head, a column per step) and where the top induction score first
 passes 0.4. With --json, stdout carries exactly one JSON object:
 `{run_id, half, steps, scores: {score: {"layer L head H": [one value per step]}}, induction_forms_at}`.
+
+`fourier` (modular-addition runs) prints, at each snapshot step and at the end, the share of the token
+embedding's non-constant power held by its K strongest frequencies of Z_p and which they are
+(lab/circuits/fourier.py; Nanda et al. 2023). With --json: `{run_id, modulus, top, spectra: [{step,
+fraction, frequencies, power}]}`.
 """
 from __future__ import annotations
 
@@ -22,11 +28,17 @@ def add_parsers(sub: Any) -> None:
     h.add_argument("run_id")
     h.add_argument("--runs-dir", help="run store folder (default: $LAB_RUNS_DIR or runs/)")
     h.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    f = sub.add_parser("fourier", help="a modular-addition run's embedding power per frequency, at each snapshot step")
+    f.add_argument("run_id")
+    f.add_argument("--top", type=int, default=8, metavar="K", help="how many strongest frequencies to sum (1 to 64)")
+    f.add_argument("--runs-dir", help="run store folder (default: $LAB_RUNS_DIR or runs/)")
+    f.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
 def commands(open_store: Callable[[Any], Any]) -> dict[str, Callable[[argparse.Namespace], int]]:
     """name -> command for lab/cli/main.py's `main`; `open_store` is its store opener (checks --runs-dir)."""
-    return {"heads": lambda args: cmd_heads(args, open_store(args.runs_dir))}
+    return {"heads": lambda args: cmd_heads(args, open_store(args.runs_dir)),
+            "fourier": lambda args: cmd_fourier(args, open_store(args.runs_dir))}
 
 
 def cmd_heads(args: argparse.Namespace, store: Any) -> int:
@@ -36,8 +48,8 @@ def cmd_heads(args: argparse.Namespace, store: Any) -> int:
     cfg = store.config(args.run_id)  # names the run id when it is not a stored run
     if cfg.model.arch in RECURRENT or cfg.model.arch != "decoder":
         why = "has no attention heads" if cfg.model.arch in RECURRENT else "is not decoder-only"
-        raise ConfigError("run_id", f"{args.run_id!r} is a {cfg.model.arch} run, which {why}: head roles are "
-                          "measured on decoder-only Transformers")
+        raise ConfigError("run_id", f"{args.run_id!r}: its architecture is {cfg.model.arch}, which {why}; head "
+                          "roles are measured on decoder-only Transformers")
     series = scores_over_training(store, args.run_id)
     if not series:
         state = store.status(args.run_id).get("state", "unknown")
@@ -65,4 +77,31 @@ def cmd_heads(args: argparse.Namespace, store: Any) -> int:
     out.write(f"\ntop induction score at the end: {head_name(layer, head)}, {top:.3f}; "
               + (f"some head first above {INDUCTION_FORMS} at step {formed}\n" if formed is not None else
                  f"no head above {INDUCTION_FORMS} at any step measured\n"))
+    return 0
+
+
+def cmd_fourier(args: argparse.Namespace, store: Any) -> int:
+    from lab.circuits.fourier import spectra_over_training
+
+    if not 1 <= args.top <= 64:
+        raise ConfigError("--top", f"{args.top} is out of range (allowed: 1 to 64)")
+    cfg = store.config(args.run_id)
+    if cfg.task.name != "modular_addition":
+        raise ConfigError("run_id", f"{args.run_id!r}: its task is {cfg.task.name}, but the Fourier picture is of "
+                          "modular addition (the numbers 0..p-1 of Z_p); pick a modular_addition run, e.g. the grokking "
+                          "preset's")
+    spectra = spectra_over_training(store, args.run_id, args.top)
+    if not spectra:
+        state = store.status(args.run_id).get("state", "unknown")
+        raise ConfigError("run_id", f"{args.run_id!r} has no saved weights yet (state {state})")
+    if args.json:
+        print(json.dumps({"run_id": args.run_id, "modulus": cfg.task.modulus, "top": args.top, "spectra": [
+            {"step": s.step, "fraction": round(s.fraction, 4), "frequencies": list(s.top),
+             "power": [round(float(v), 5) for v in s.power]} for s in spectra]}))
+        return 0
+    out = sys.stdout
+    out.write(f"{args.run_id}: share of the token embedding's non-constant power in its {args.top} strongest "
+              f"frequencies of Z_{cfg.task.modulus} (uniform: {args.top / (cfg.task.modulus // 2):.2f})\n")
+    for s in spectra:
+        out.write(f"step {s.step:>7}  {s.fraction:6.3f}  frequencies {', '.join(map(str, s.top))}\n")
     return 0
