@@ -1,5 +1,6 @@
 """Command line for circuits forming over training: `python -m lab heads RUN_ID [--json]` and
-`python -m lab fourier RUN_ID [--top K] [--json]`.
+`python -m lab fourier RUN_ID [--top K] [--json]` and
+`python -m lab patch RUN_ID --clean TEXT --corrupt TEXT [--step S] [--json]`.
 
 `heads` measures every attention head's role scores (previous-token, induction, duplicate-token,
 first-token, self: lab/circuits/head_roles.py) on the weights kept at each snapshot step and at the end,
@@ -11,6 +12,10 @@ passes 0.4. With --json, stdout carries exactly one JSON object:
 embedding's non-constant power held by its K strongest frequencies of Z_p and which they are
 (lab/circuits/fourier.py; Nanda et al. 2023). With --json: `{run_id, modulus, top, spectra: [{step,
 fraction, frequencies, power}]}`.
+
+`patch` runs a decoder on the clean and the corrupted input and prints how much of the clean answer each
+single patch restores (lab/circuits/patching.py): the residual stream at (layer, position) and each head's
+output. With --json: `{run_id, step, clean_answer, corrupt_answer, residual: [[...]], heads: [[...]]}`.
 """
 from __future__ import annotations
 
@@ -33,12 +38,21 @@ def add_parsers(sub: Any) -> None:
     f.add_argument("--top", type=int, default=8, metavar="K", help="how many strongest frequencies to sum (1 to 64)")
     f.add_argument("--runs-dir", help="run store folder (default: $LAB_RUNS_DIR or runs/)")
     f.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p = sub.add_parser("patch", help="activation patching: how much of the clean answer each patch restores")
+    p.add_argument("run_id")
+    p.add_argument("--clean", required=True, help="the clean input, symbols of the run's task (\"3 1 4 1 5\")")
+    p.add_argument("--corrupt", required=True, help="the corrupted input, as long as the clean one")
+    p.add_argument("--step", type=int, default=None, metavar="S",
+                   help="use the weights kept with the snapshot at step S (default: the final weights)")
+    p.add_argument("--runs-dir", help="run store folder (default: $LAB_RUNS_DIR or runs/)")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
 
 
 def commands(open_store: Callable[[Any], Any]) -> dict[str, Callable[[argparse.Namespace], int]]:
     """name -> command for lab/cli/main.py's `main`; `open_store` is its store opener (checks --runs-dir)."""
     return {"heads": lambda args: cmd_heads(args, open_store(args.runs_dir)),
-            "fourier": lambda args: cmd_fourier(args, open_store(args.runs_dir))}
+            "fourier": lambda args: cmd_fourier(args, open_store(args.runs_dir)),
+            "patch": lambda args: cmd_patch(args, open_store(args.runs_dir))}
 
 
 def cmd_heads(args: argparse.Namespace, store: Any) -> int:
@@ -104,4 +118,51 @@ def cmd_fourier(args: argparse.Namespace, store: Any) -> int:
               f"frequencies of Z_{cfg.task.modulus} (uniform: {args.top / (cfg.task.modulus // 2):.2f})\n")
     for s in spectra:
         out.write(f"step {s.step:>7}  {s.fraction:6.3f}  frequencies {', '.join(map(str, s.top))}\n")
+    return 0
+
+
+def _tokens(cfg: Any, text: str, flag: str) -> list[int]:
+    """A typed input -> the token ids the model reads (for a sequence task, the prompt and its separator, as
+    `sample` reads one); errors named by `flag`."""
+    from lab.views.analysis import generation_prompt
+
+    try:
+        return generation_prompt(cfg, text)[0].tolist()
+    except ConfigError as exc:
+        raise ConfigError(flag, str(exc).split(": ", 1)[-1]) from None
+
+
+def cmd_patch(args: argparse.Namespace, store: Any) -> int:
+    import torch
+
+    from lab.circuits.patching import patch
+    from lab.cli.probe import load_run
+    from lab.interventions import head_name
+
+    cfg = store.config(args.run_id)
+    if cfg.model.arch != "decoder":
+        raise ConfigError("run_id", f"{args.run_id!r}: its architecture is {cfg.model.arch}; patching is measured "
+                          "on decoder-only Transformers")
+    clean, corrupt = _tokens(cfg, args.clean, "--clean"), _tokens(cfg, args.corrupt, "--corrupt")
+    cfg, model, at = load_run(store, args.run_id, args.step)
+    try:
+        p = patch(model, torch.tensor([clean]), torch.tensor([corrupt]))
+    except ValueError as exc:
+        raise ConfigError("--corrupt", str(exc).split(": ", 1)[-1]) from None
+    if args.json:
+        print(json.dumps({"run_id": args.run_id, "step": at, "clean_answer": p.clean_answer,
+                          "corrupt_answer": p.corrupt_answer, "residual": p.residual.round(4).tolist(),
+                          "heads": p.heads.round(4).tolist()}))
+        return 0
+    out = sys.stdout
+    out.write(f"{args.run_id} at step {at}: clean answer token {p.clean_answer}, corrupted {p.corrupt_answer}; "
+              "1 = the patch restores the clean answer's logit difference, 0 = none of it\n\nresidual stream "
+              "(row: input of layer L; last row: the last layer's output), by position\n")
+    out.write("         " + " ".join(f"{t:>6}" for t in range(p.residual.shape[1])) + "\n")
+    for row, values in enumerate(p.residual):
+        name = f"layer {row}" if row < len(p.heads) else "output"
+        out.write(f"{name:>8} " + " ".join(f"{v:6.2f}" for v in values) + "\n")
+    out.write("\nhead outputs (all positions)\n")
+    for layer, values in enumerate(p.heads):
+        out.write("  " + "  ".join(f"{head_name(layer, h)}: {v:5.2f}" for h, v in enumerate(values)) + "\n")
     return 0

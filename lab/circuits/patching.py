@@ -1,0 +1,150 @@
+"""Activation patching: run a decoder-only model on a clean and a corrupted input, copy one activation from
+the clean run into the corrupted one, and measure how much of the clean answer comes back.
+
+Meng et al. 2022 (causal tracing) and Wang et al. 2022 (Interpretability in the Wild) patch this way;
+TransformerLens's activation-patching helpers and NDIF Workbench's patch lens draw the same grids. Two
+grids, each cell one patch, all other activations the corrupted run's own:
+- residual stream: row l < n_layers is the input of block l, row n_layers the last block's output, at one
+  position (a layers x positions grid);
+- head output: one head's slice of the attention output (the input of the output projection), at every
+  position (a layers x heads grid).
+The metric is the logit difference at the last position between the clean answer and the corrupted
+answer (each input's own top prediction), normalised so 0 is the corrupted run and 1 the clean one:
+    restored = (LD_patched - LD_corrupt) / (LD_clean - LD_corrupt).
+A row of the residual grid is computed in one batched forward, sample t patching position t; a layer of the
+head grid likewise, sample h patching head h. No gradio here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+import numpy as np
+import torch
+from torch import Tensor
+
+from lab.model import Transformer
+
+
+@dataclass(frozen=True)
+class Patching:
+    """The two grids and what they are measured against."""
+    clean_answer: int
+    corrupt_answer: int
+    ld_clean: float
+    ld_corrupt: float
+    residual: np.ndarray  # (n_layers + 1, T): restored fraction, patching the residual stream at (row, position)
+    heads: np.ndarray  # (n_layers, n_heads): restored fraction, patching one head's output at every position
+
+
+def _decoder(model: Transformer) -> None:
+    if model.cfg.arch != "decoder":
+        raise ValueError(f"model.arch: patching is measured on decoder-only models; this run is {model.cfg.arch!r}")
+
+
+def _logit_diff(logits: Tensor, a: int, b: int) -> Tensor:
+    """(B,) logit of `a` minus logit of `b` at the last position."""
+    return logits[:, -1, a] - logits[:, -1, b]
+
+
+@torch.no_grad()
+def capture(model: Transformer, tokens: Tensor) -> tuple[Tensor, list[Tensor], list[Tensor]]:
+    """(logits, residual stream rows, head outputs) of one input (1, T): rows[l] (1, T, d) is the input of
+    block l and rows[n_layers] the last block's output; heads[l] (1, T, H * d_head) is layer l's
+    concatenated head outputs (the input of its output projection)."""
+    rows: list[Tensor] = []
+    heads: list[Tensor] = []
+    handles = [b.register_forward_pre_hook(lambda mod, args: rows.append(args[0].clone())) for b in model.decoder]
+    handles.append(model.decoder[-1].register_forward_hook(lambda mod, args, out: rows.append(
+        (out[0] if isinstance(out, tuple) else out).clone())))
+    handles += [b.self_attn.out_proj.register_forward_pre_hook(lambda mod, args: heads.append(args[0].clone()))
+                for b in model.decoder]
+    try:
+        logits = model(tokens, None).logits
+    finally:
+        for h in handles:
+            h.remove()
+    return logits, rows, heads
+
+
+@torch.no_grad()
+def patch(model: Transformer, clean: Tensor, corrupt: Tensor) -> Patching:
+    """Both grids for token ids `clean` and `corrupt` (1, T) of the same length."""
+    _decoder(model)
+    if clean.shape != corrupt.shape or clean.dim() != 2 or clean.shape[0] != 1:
+        raise ValueError(f"corrupt: the clean and corrupted inputs must have the same length "
+                         f"({clean.shape[-1]} and {corrupt.shape[-1]} tokens)")
+    model.eval()
+    clean_logits, clean_rows, clean_heads = capture(model, clean)
+    corrupt_logits = model(corrupt, None).logits
+    a, b = int(clean_logits[0, -1].argmax()), int(corrupt_logits[0, -1].argmax())
+    if a == b:
+        raise ValueError(f"corrupt: both inputs get the same answer (token {a}), so there is nothing to restore; "
+                         "change the corrupted input so that its answer differs")
+    ld_clean, ld_corrupt = float(_logit_diff(clean_logits, a, b)), float(_logit_diff(corrupt_logits, a, b))
+
+    def restored(logits: Tensor) -> np.ndarray:
+        return ((_logit_diff(logits, a, b) - ld_corrupt) / (ld_clean - ld_corrupt)).numpy()
+
+    n_layers, t = len(model.decoder), clean.shape[1]
+    batch = corrupt.expand(t, -1)  # (T, T): sample i patches position i
+    residual = np.zeros((n_layers + 1, t))
+    for row in range(n_layers + 1):
+        def put(x: Tensor, row: int = row) -> Tensor:
+            x = x.clone()
+            idx = torch.arange(t)
+            x[idx, idx] = clean_rows[row][0, idx]  # sample i gets the clean stream at position i
+            return x
+        if row < n_layers:
+            h = model.decoder[row].register_forward_pre_hook(lambda mod, args: (put(args[0]), *args[1:]))
+        else:
+            h = model.decoder[-1].register_forward_hook(
+                lambda mod, args, out: (put(out[0]), *out[1:]) if isinstance(out, tuple) else put(out))
+        try:
+            residual[row] = restored(model(batch, None).logits)
+        finally:
+            h.remove()
+    n_heads, d_head = model.cfg.n_heads, model.cfg.d_head
+    heads = np.zeros((n_layers, n_heads))
+    for layer in range(n_layers):
+        def put_head(z: Tensor, layer: int = layer) -> Tensor:
+            z = z.clone()  # (H, T, H * d_head): sample h patches head h at every position
+            for head in range(n_heads):
+                cols = slice(head * d_head, (head + 1) * d_head)
+                z[head, :, cols] = clean_heads[layer][0, :, cols]
+            return z
+        proj = model.decoder[layer].self_attn.out_proj
+        h = proj.register_forward_pre_hook(lambda mod, args: (put_head(args[0]), *args[1:]))
+        try:
+            heads[layer] = restored(model(corrupt.expand(n_heads, -1), None).logits)
+        finally:
+            h.remove()
+    return Patching(a, b, ld_clean, ld_corrupt, residual, heads)
+
+
+@torch.no_grad()
+def patch_residual(model: Transformer, corrupt: Tensor, clean_rows: list[Tensor], row: int,
+                   positions: list[int]) -> Tensor:
+    """Logits (1, T, vocab) of the corrupted input (1, T) with the residual stream's `row` (as `capture`
+    numbers them) replaced by the clean run's at `positions`: one patch, unbatched."""
+    n_layers = len(model.decoder)
+    idx = torch.tensor(positions, dtype=torch.long)
+
+    def put(x: Tensor) -> Tensor:
+        x = x.clone()
+        x[:, idx] = clean_rows[row][:, idx]
+        return x
+    if row < n_layers:
+        h = model.decoder[row].register_forward_pre_hook(lambda mod, args: (put(args[0]), *args[1:]))
+    else:
+        h = model.decoder[-1].register_forward_hook(lambda mod, args, out: (put(out[0]), *out[1:]))
+    try:
+        return model(corrupt, None).logits
+    finally:
+        h.remove()
+
+
+def causal_cone(n_layers: int, t: int, row: int, position: int) -> np.ndarray:
+    """(n_layers + 1, T) mask of the residual-stream cells a patch at (row, position) can change: later rows
+    at the same or later positions (causal attention reads only earlier positions)."""
+    rows, cols = np.meshgrid(np.arange(n_layers + 1), np.arange(t), indexing="ij")
+    return (rows >= row) & (cols >= position)
+
