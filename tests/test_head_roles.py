@@ -171,3 +171,25 @@ def test_the_steepest_fall_is_the_largest_drop_per_step():
 def steepest_fall_of(losses):
     from lab.teach.lesson_circuits import steepest_fall
     return steepest_fall(losses)
+
+
+def test_the_induction_presets_sentence_quotes_the_commands_crossing_and_the_steepest_fall(tmp_path, capsys):
+    from lab.engine.store import RunStore
+    from lab.teach.preset_results import induction_forming
+    from lab.teach.presets import forming_sentence
+
+    run_id = trained(tmp_path, TINY, capsys)
+    assert main(["heads", run_id, "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    store = RunStore(tmp_path / "runs")
+    h = induction_forming(store, run_id)
+    store.close()
+    assert h["crossing"] == printed["induction_forms_at"] and h["every"] == printed["steps"][1] - printed["steps"][0]
+    assert h["end"] == pytest.approx(max(v[-1] for v in printed["scores"]["induction"].values()), abs=1e-4)
+    crafted = {"start": 0.03, "end": 0.57, "head": "layer 1 head 0", "crossing": 373, "every": 53,
+               "fall": (300, 350, 4.48, 2.47)}
+    text = forming_sentence(crafted)
+    assert text == (" Its induction head (layer 1 head 0) formed at step 373: its induction score on random tokens "
+                    "repeated once went from 0.03 to 0.57, past 0.4 there (snapshots every 53 steps), as the held-out "
+                    "loss fell fastest (steps 300-350, 4.48 to 2.47): a phase change, drawn on Learn page 13."), text
+    assert forming_sentence(crafted | {"crossing": None}) == "" and forming_sentence({}) == ""

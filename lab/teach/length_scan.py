@@ -36,27 +36,19 @@ def _span(ratios: list[tuple[int, float]]) -> str:
 
 
 def sentence(scan: Optional[dict[str, Any]] = None) -> str:
-    """What the stored scan says, one or two sentences ('' without one)."""
+    """What the stored scan says, in one clause ending the sentence ('' without one)."""
     scan = load() if scan is None else scan
     parts = []
     cpu = _ratios(scan.get("cpu") or {})
     if cpu:
-        growing = cpu[-1][1] < cpu[0][1]
-        parts.append(f"on one CPU thread the LSTM trained {_span(cpu)} the Transformer's tokens per second" + (
-            ": with nothing running in parallel, attention's work per token grows with T and the recurrence's "
-            "sequential steps cost nothing extra." if growing else "."))
+        parts.append(f"on one CPU thread the LSTM's tokens/s went {_span(cpu)} the Transformer's")
     gpu = _ratios(scan.get("cuda") or {})
     if gpu:
         device = scan["cuda"].get("device", "a GPU")
         over = next((t for t, r in gpu if r > 1), None)
-        if over is not None:
-            at = dict(gpu)[over]
-            parts.append(f"On {device} the Transformer overtook it from T = {over} ({at:.2f}x the LSTM's tokens/s), "
-                         "where the recurrence's T sequential steps dominate: the paper's argument is about such "
-                         "parallel hardware and long sequences.")
-        else:
-            parts.append(f"On {device} the LSTM stayed ahead up to T = {gpu[-1][0]}, the longest measured.")
+        parts.append(f"on {device} the Transformer overtook it at T = {over} ({dict(gpu)[over]:.2f}x), where the "
+                     "recurrence's sequential steps dominate" if over is not None else
+                     f"on {device} the LSTM stayed ahead up to T = {gpu[-1][0]}, the longest measured")
     if not parts:
         return ""
-    return ("Against sequence length (benchmarks/sequence_length.py: the default Transformer and an LSTM of its "
-            "size, tokens per step held fixed), " + " ".join(parts))
+    return "against sequence length (benchmarks/sequence_length.py) " + ", and ".join(parts) + "."

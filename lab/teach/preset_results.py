@@ -5,7 +5,7 @@ distance). Measures are taken once per run and kept: a finished run's weights ne
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from lab.engine.store import RunStore
 from lab.engine.storefs import DamagedRunError, RunNotFoundError
@@ -22,20 +22,47 @@ WEIGHT_MEASURES: dict[str, Callable[..., dict]] = {
 _MEASURES: dict[tuple[str, str, str], dict] = {}  # (store root, run id, measure) -> its value
 
 
+def induction_forming(store: RunStore, run_id: str) -> dict[str, Any]:
+    """When the run's induction head formed: the top induction score at the first snapshot and at the end, the
+    head, the first step it passed 0.4 (lab/circuits/head_roles.py, the numbers `python -m lab heads` and Learn
+    page 13 show), the snapshot interval, and the held-out loss's steepest fall (lab/teach/lesson_circuits.py)."""
+    from lab.circuits.head_roles import crossing_step, scores_over_training
+    from lab.interventions import head_name
+    from lab.teach.lesson_circuits import steepest_fall
+
+    series = scores_over_training(store, run_id)
+    if len(series) < 2:
+        return {}
+    m = store.metrics(run_id)
+    evals = m[m["kind"] == "eval"]
+    fall: Optional[tuple] = steepest_fall([(int(s), float(v)) for s, v in zip(evals["step"], evals["loss"])])
+    layer, head, end = series[-1].top("induction")
+    return {"start": float(series[0].scores["induction"].max()), "end": end, "head": head_name(layer, head),
+            "crossing": crossing_step(series), "every": series[1].step - series[0].step, "fall": fall}
+
+
+# what an explanation may quote of a run's whole training (its snapshots and curves): name -> f(store, run id)
+HISTORY_MEASURES: dict[str, Callable[[RunStore, str], dict]] = {"heads": induction_forming}
+
+
 def wanted(preset: Preset, name: str) -> tuple[str, ...]:
     """The measures of run `name`'s final weights that `preset`'s explanation quotes (WEIGHT_MEASURES keys)."""
-    return tuple(m for m in WEIGHT_MEASURES if name in getattr(preset, m))
+    return tuple(m for m in (*WEIGHT_MEASURES, *HISTORY_MEASURES) if name in getattr(preset, m))
 
 
 def measure_of(store: RunStore, run_id: str, what: str) -> dict:
-    """A measure of the run's final weights (WEIGHT_MEASURES), taken once and kept ({} without weights)."""
+    """A measure of the run's final weights (WEIGHT_MEASURES) or of its training (HISTORY_MEASURES), taken once
+    and kept ({} without weights)."""
     key = (str(store.root), run_id, what)
     if key not in _MEASURES:
         try:
-            cfg, weights = store.config(run_id), store.load_weights(run_id)
+            if what in HISTORY_MEASURES:
+                _MEASURES[key] = HISTORY_MEASURES[what](store, run_id)
+            else:
+                cfg, weights = store.config(run_id), store.load_weights(run_id)
+                _MEASURES[key] = WEIGHT_MEASURES[what](load_model(cfg, weights), cfg)
         except (RunNotFoundError, DamagedRunError):
             return {}
-        _MEASURES[key] = WEIGHT_MEASURES[what](load_model(cfg, weights), cfg)
         while len(_MEASURES) > 64:
             _MEASURES.pop(next(iter(_MEASURES)))
     return _MEASURES[key]

@@ -44,6 +44,7 @@ class Preset:
     _explain: Callable[[Results], str] = field(repr=False, compare=False, default=lambda r: "")
     knockout: tuple[str, ...] = ()  # runs whose head importance the explanation quotes (measured on their weights)
     distance: tuple[str, ...] = ()  # runs whose accuracy by distance it quotes (lab/teach/distance.py, their weights)
+    heads: tuple[str, ...] = ()  # runs whose head roles over training it quotes (lab/circuits, their snapshots)
 
     def explain(self, results: Results) -> str:
         """1-3 sentences built from the measured summaries; says which runs are missing, if any."""
@@ -58,14 +59,16 @@ class Preset:
 # ---- reading results ---------------------------------------------------------------------------------
 def measured(summary: dict[str, Any], evals: Optional[list[dict[str, Any]]] = None,
              train: Optional[list[tuple[int, float]]] = None, attention: Optional[dict[str, Any]] = None,
-             knockout: Optional[dict[str, Any]] = None, distance: Optional[dict[int, float]] = None) -> dict[str, Any]:
+             knockout: Optional[dict[str, Any]] = None, distance: Optional[dict[int, float]] = None,
+             heads: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """A run's result as the explanations read it: its summary, plus (when known) its held-out curve
     (`evals`: one dict per evaluation, oldest first, with step, loss, exact_match...), its training-loss
     curve (`train`: (step, loss)), its last attention snapshot (kind -> (layers, heads, Tq, Tk)) and, for the
     runs a preset names in `knockout`, its head knockout (lab.views.probing.knockout_summary), and for those
-    named in `distance`, its held-out accuracy by distance (lab.teach.distance.accuracy_by_distance)."""
+    named in `distance`, its held-out accuracy by distance (lab.teach.distance.accuracy_by_distance), for those
+    in `heads`, when its induction head formed (lab.teach.preset_results.induction_forming)."""
     return {**summary, "evals": evals or [], "train": train or [], "attention": attention or {},
-            "knockout": knockout or {}, "distance": distance or {}}
+            "knockout": knockout or {}, "distance": distance or {}, "heads": heads or {}}
 
 
 def _ev(r: Results, name: str, key: str = "loss") -> float:
@@ -122,8 +125,22 @@ def _explain_sort(r: Results) -> str:
 INDUCTION = run_config(
     model=ModelConfig(n_layers=2, n_heads=2, d_model=64, d_ff=0, norm="pre", pos="learned"),
     task=TaskConfig(name="induction", min_len=24, max_len=24, n_symbols=1000),
-    train=TrainConfig(steps=800, batch_size=64, lr=3e-3, warmup=30, schedule="constant", eval_every=50),
+    train=TrainConfig(steps=800, batch_size=64, lr=3e-3, warmup=30, schedule="constant", eval_every=50,
+                      snapshots=16),  # every 50 steps: the induction head forms within about 150
 )
+
+
+def forming_sentence(h: Optional[dict[str, Any]]) -> str:
+    """When the induction head formed, from the run's snapshots ('' without the measure)."""
+    if not h or h.get("crossing") is None:
+        return ""
+    text = (f" Its induction head ({h['head']}) formed at step {h['crossing']}: its induction score on random "
+            f"tokens repeated once went from {h['start']:.2f} to {h['end']:.2f}, past 0.4 there (snapshots every "
+            f"{h['every']} steps)")
+    if h.get("fall"):
+        s0, s1, v0, v1 = h["fall"]
+        text += f", as the held-out loss fell fastest (steps {s0}-{s1}, {_n(v0)} to {_n(v1)})"
+    return text + ": a phase change, drawn on Learn page 13."
 
 
 def _explain_induction(r: Results) -> str:
@@ -138,7 +155,7 @@ def _explain_induction(r: Results) -> str:
                 f"1-layer model's stayed at {_n(one)} ({chance}). Copying a repeat at a random offset needs an "
                 "induction head: a previous-token head in layer 0 writes each token's predecessor into it, a head in "
                 "layer 1 finds the earlier occurrence of the current token and copies what followed, so one layer "
-                "cannot do it." + knockout_sentence(r["2 layers"]))
+                "cannot do it." + knockout_sentence(r["2 layers"]) + forming_sentence(r["2 layers"].get("heads")))
     if two < one:
         return (f"The 2-layer model ended lower ({_n(two)} against {_n(one)}; {chance}), but not by the usual "
                 "margin: its induction head may not have formed yet. Look for a sudden drop in its curve.")
@@ -317,8 +334,8 @@ def _explain_recurrence(r: Results) -> str:
     speed = ""
     if t.get("tokens_per_s") and lstm.get("tokens_per_s"):
         tps = f"{lstm['tokens_per_s']:,.0f} tokens/s against the Transformer's {t['tokens_per_s']:,.0f}"
-        speed = (f" Speed did not decide it: the LSTM trained at {tps}." if lstm["tokens_per_s"] >= t["tokens_per_s"]
-                 else f" The LSTM was also slower: {tps}.")
+        speed = (f" Speed did not decide it: the LSTM trained at {tps}" if lstm["tokens_per_s"] >= t["tokens_per_s"]
+                 else f" The LSTM was also slower: {tps}")
     far = ""
     if lstm.get("distance"):
         d0, a0, d1, a1 = near_and_far(lstm["distance"])
@@ -329,7 +346,7 @@ def _explain_recurrence(r: Results) -> str:
                 ", about the same at every distance: its one state vector must hold all 16 symbols when the answer "
                 "starts (the bottleneck attention removed: Bahdanau et al. 2015).")
     scan = length_scan.sentence()
-    speed += f" {scan}" if scan else ""
+    speed += (f"; {scan}" if speed else f" {scan[0].upper()}{scan[1:]}") if scan else ("." if speed else "")
     if em_t >= 0.99 and em_l < 0.5:
         when = f" from step {step} on ({secs:.0f} s)" if step and secs else ""
         return (f"The Transformer reversed every held-out sequence of 16 symbols{when}; the LSTM, at about the same "
@@ -421,7 +438,7 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "predict the repeat, or does it need 2?",
         "Olsson et al. 2022, In-context learning and induction heads (attention-only models)",
         (_variant(INDUCTION, "1 layer", model=dict(n_layers=1)), _variant(INDUCTION, "2 layers")),
-        "held-out loss", 37.0, _explain_induction, knockout=("2 layers",)),
+        "held-out loss", 37.0, _explain_induction, knockout=("2 layers",), heads=("2 layers",)),
     Preset(
         "pre_post_ln", "Pre-LN vs post-LN",
         "At a high learning rate (1e-2) with no warmup, which trains: LayerNorm before each sublayer (pre-LN) "
