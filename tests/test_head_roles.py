@@ -88,6 +88,12 @@ def trained(tmp_path, cfg: RunConfig, capsys) -> str:
     return json.loads(capsys.readouterr().out.strip().splitlines()[-1])["run_id"]
 
 
+def heads_json(tmp_path, run_id: str, capsys) -> dict:
+    """What `python -m lab heads RUN_ID --json` prints."""
+    assert main(["heads", run_id, "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
 def write(tmp_path, cfg: RunConfig) -> str:
     path = tmp_path / f"{abs(hash(cfg.to_json()))}.json"
     path.write_text(cfg.to_json())
@@ -96,8 +102,7 @@ def write(tmp_path, cfg: RunConfig) -> str:
 
 def test_the_command_reads_every_snapshot_and_the_end(tmp_path, capsys):
     run_id = trained(tmp_path, TINY, capsys)
-    assert main(["heads", run_id, "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = heads_json(tmp_path, run_id, capsys)
     from lab.engine.store import RunStore
     store = RunStore(tmp_path / "runs")
     assert out["steps"] == sorted(set(store.snapshot_steps(run_id)) | {30}) and out["half"] == TINY.model.n_ctx // 2
@@ -127,8 +132,7 @@ def test_on_the_induction_preset_the_induction_score_appears_in_layer_1_only(tmp
 
     cfg = next(c for c in PRESETS["induction"].runs if c.model.n_layers == 2)
     run_id = trained(tmp_path, replace(cfg, train=replace(cfg.train, device="cpu")), capsys)
-    assert main(["heads", run_id, "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
-    out = json.loads(capsys.readouterr().out)
+    out = heads_json(tmp_path, run_id, capsys)
     induction = out["scores"]["induction"]
     print(f"\n[heads] steps {out['steps']} induction {induction} forms at {out['induction_forms_at']}")
     assert max(v[0] for v in induction.values()) < 0.1  # step 0: no induction head
@@ -145,8 +149,7 @@ def test_the_learn_page_draws_the_scores_the_command_prints_and_the_losses_steep
     from ui.learn import page_view
 
     run_id = trained(tmp_path, TINY, capsys)
-    assert main(["heads", run_id, "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    printed = heads_json(tmp_path, run_id, capsys)
     store = RunStore(tmp_path / "runs")
     fig, source, caption = page_view(AppContext(store=store, jobs=JobManager(store, max_concurrent=1)), "circuits",
                                      run_id, "")
@@ -179,8 +182,7 @@ def test_the_induction_presets_sentence_quotes_the_commands_crossing_and_the_ste
     from lab.teach.presets import forming_sentence
 
     run_id = trained(tmp_path, TINY, capsys)
-    assert main(["heads", run_id, "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    printed = heads_json(tmp_path, run_id, capsys)
     store = RunStore(tmp_path / "runs")
     h = induction_forming(store, run_id)
     store.close()
