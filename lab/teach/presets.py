@@ -10,88 +10,23 @@ Each claim is checked by a slow test in tests/test_presets.py at exactly these s
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
-from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
+from lab.config import ModelConfig, TaskConfig, TrainConfig
 from lab.derived import run_config  # n_ctx: the task's longest sequence, as the app and the CLI derive it
+from lab.teach import stability
 from lab.teach.attention_measures import anti_diagonal_words, knockout_sentence
-from lab.teach.distance import near_and_far
-from lab.teach import length_scan, stability
-from lab.teach.table3 import ROWS as TABLE3_ROWS
-from lab.teach.table3 import SAME, SPREAD, table
-from lab.teach.table3 import configs as table3_configs
 from lab.teach.loss_reading import first_step, held_from
-from lab.views.curves import CURVES
+from lab.teach.preset_base import METRICS, SOLVED, Preset, Results, _ev, _n, _ood, _pct, _variant, measured
+from lab.teach.table3 import configs as table3_configs
+from lab.teach.why_presets import (RECUR, RECUR_RUNS, RESID, RESID_RUNS, SCALING, SCALING_RUNS, _explain_recurrence,
+                                   _explain_residuals, _explain_scaling, _explain_table3)
 from lab.views.probing import measured_on
 
-Results = dict[str, dict[str, Any]]  # run name -> summary dict (lab.engine.jobs.summary_of)
+__all__ = ["METRICS", "SOLVED", "Preset", "Results", "measured", "PRESETS", "PES", "SEEDS", "LN_RUNS", "RESID_RUNS",
+           "SCALING_RUNS", "RECUR_RUNS", "INDUCTION", "SORT", "forming_sentence"]
 PES = ("alibi", "rope", "learned", "sinusoidal", "none")
 SEEDS = (1, 2)  # "Positions beyond training"
-SOLVED = 0.999  # "Hello, sort": solved from the first evaluation at or above this exact-match it keeps (loss_reading.held_from)
-METRICS = tuple(CURVES)  # the curves Compare can open on
-
-
-@dataclass(frozen=True)
-class Preset:
-    key: str  # "hello_sort"
-    title: str  # "Hello, sort"
-    question: str  # the predict-before-you-click question
-    reference: str  # paper / source, and what differs from it
-    runs: tuple[RunConfig, ...]  # each with a short, unique `name`
-    metric: str  # the Compare curve to open on: one of METRICS
-    wall_s: float  # measured wall time of all runs, one after another, 1 thread each, on the dev CPU
-    _explain: Callable[[Results], str] = field(repr=False, compare=False, default=lambda r: "")
-    knockout: tuple[str, ...] = ()  # runs whose head importance the explanation quotes (measured on their weights)
-    distance: tuple[str, ...] = ()  # runs whose accuracy by distance it quotes (lab/teach/distance.py, their weights)
-    heads: tuple[str, ...] = ()  # runs whose head roles over training it quotes (lab/circuits, their snapshots)
-
-    def explain(self, results: Results) -> str:
-        """1-3 sentences built from the measured summaries; says which runs are missing, if any."""
-        missing = [c.name for c in self.runs if not (results.get(c.name) or {}).get("eval")]
-        if missing:
-            return f"No final results yet for: {', '.join(missing)}. Run the whole preset to see what happened."
-        text = self._explain(results)
-        stopped = [c.name for c in self.runs if results[c.name].get("stopped")]
-        return text + (f" (Stopped early: {', '.join(stopped)}.)" if stopped else "")
-
-
-# ---- reading results ---------------------------------------------------------------------------------
-def measured(summary: dict[str, Any], evals: Optional[list[dict[str, Any]]] = None,
-             train: Optional[list[tuple[int, float]]] = None, attention: Optional[dict[str, Any]] = None,
-             knockout: Optional[dict[str, Any]] = None, distance: Optional[dict[int, float]] = None,
-             heads: Optional[dict[str, Any]] = None) -> dict[str, Any]:
-    """A run's result as the explanations read it: its summary, plus (when known) its held-out curve
-    (`evals`: one dict per evaluation, oldest first, with step, loss, exact_match...), its training-loss
-    curve (`train`: (step, loss)), its last attention snapshot (kind -> (layers, heads, Tq, Tk)) and, for the
-    runs a preset names in `knockout`, its head knockout (lab.views.probing.knockout_summary), and for those
-    named in `distance`, its held-out accuracy by distance (lab.teach.distance.accuracy_by_distance), for those
-    in `heads`, when its induction head formed (lab.teach.preset_results.induction_forming)."""
-    return {**summary, "evals": evals or [], "train": train or [], "attention": attention or {},
-            "knockout": knockout or {}, "distance": distance or {}, "heads": heads or {}}
-
-
-def _ev(r: Results, name: str, key: str = "loss") -> float:
-    return float(r[name]["eval"][key])
-
-
-def _ood(r: Results, name: str, key: str = "loss") -> float:
-    return float((r[name].get("ood") or {}).get(key, math.nan))
-
-
-def _n(x: float) -> str:
-    """A number for a sentence: 0.41, 2.2, 0.0003."""
-    return f"{x:.2g}" if abs(x) < 0.01 else f"{x:.2f}"
-
-
-def _pct(x: float) -> str:
-    return f"{100 * x:.0f}%"
-
-
-def _variant(base: RunConfig, name: str, model: Optional[dict] = None, task: Optional[dict] = None,
-             train: Optional[dict] = None) -> RunConfig:
-    return replace(base, name=name, model=replace(base.model, **(model or {})),
-                   task=replace(base.task, **(task or {})), train=replace(base.train, **(train or {})))
 
 
 # ---- Hello, sort (minGPT's demo) --------------------------------------------------------------------
@@ -306,123 +241,6 @@ def _explain_grok(r: Results) -> str:
     if wd > 0.9:
         return fit + "This time the run without weight decay generalised too: the ablation did not separate."
     return fit + "The jump did not happen within these steps this time; grokking can take much longer."
-
-
-# ---- Why attention, not recurrence ---------------------------------------------------------------
-# About the same size: 105,600 parameters (the Transformer) and 105,440 (the LSTM: each layer's 4 gates hold
-# (d + d) x d weights, so d = 80 matches 2 Transformer layers of d = 64 with d_ff = 256).
-RECUR = run_config(
-    model=ModelConfig(n_layers=2, n_heads=4, d_model=64, d_ff=256, norm="pre", pos="learned"),
-    task=TaskConfig(name="reverse", min_len=16, max_len=16, n_symbols=10),
-    train=TrainConfig(steps=600, batch_size=64, lr=3e-3, warmup=50, eval_every=30),
-)
-RECUR_RUNS = ("Transformer", "LSTM")
-
-
-def _solved_at(run: dict) -> tuple[Optional[int], Optional[float]]:
-    """(step, seconds) from which held-out exact-match stayed at or above SOLVED, or (None, None)."""
-    step = held_from(run, "exact_match", lambda v: v >= SOLVED)
-    at = next((e for e in run.get("evals") or () if e.get("step") == step), {})
-    return step, at.get("elapsed_s")
-
-
-def _explain_recurrence(r: Results) -> str:
-    t, lstm = (r[n] for n in RECUR_RUNS)
-    em_t, em_l = _ev(r, "Transformer", "exact_match"), _ev(r, "LSTM", "exact_match")
-    step, secs = _solved_at(t)
-    size = f"{t.get('params', 0):,} and {lstm.get('params', 0):,} parameters"
-    speed = ""
-    if t.get("tokens_per_s") and lstm.get("tokens_per_s"):
-        tps = f"{lstm['tokens_per_s']:,.0f} tokens/s against the Transformer's {t['tokens_per_s']:,.0f}"
-        speed = (f" Speed did not decide it: the LSTM trained at {tps}" if lstm["tokens_per_s"] >= t["tokens_per_s"]
-                 else f" The LSTM was also slower: {tps}")
-    far = ""
-    if lstm.get("distance"):
-        d0, a0, d1, a1 = near_and_far(lstm["distance"])
-        far = (f" The LSTM's answer tokens were right {_pct(a0)} of the time when the token to copy was {d0} position "
-               f"back and {_pct(a1)} when it was {d1} back")
-        far += (": it must carry each token through its state, one step at a time, while attention reads any "
-                "earlier position in one step." if a1 < a0 - 0.2 else
-                ", about the same at every distance: its one state vector must hold all 16 symbols when the answer "
-                "starts (the bottleneck attention removed: Bahdanau et al. 2015).")
-    scan = length_scan.sentence()
-    speed += (f"; {scan}" if speed else f" {scan[0].upper()}{scan[1:]}") if scan else ("." if speed else "")
-    if em_t >= 0.99 and em_l < 0.5:
-        when = f" from step {step} on ({secs:.0f} s)" if step and secs else ""
-        return (f"The Transformer reversed every held-out sequence of 16 symbols{when}; the LSTM, at about the same "
-                f"size ({size}), reached exact-match {_pct(em_l)} in {lstm.get('steps') or RECUR.train.steps} steps." + far + speed)
-    if em_t > em_l:
-        return (f"The Transformer did better (exact-match {_pct(em_t)} against the LSTM's {_pct(em_l)}, {size}) but "
-                "did not solve the task this time; train longer." + far)
-    return (f"No separation this time: exact-match {_pct(em_t)} (Transformer) and {_pct(em_l)} (LSTM), {size}. "
-            "The paper's argument is about long paths; at this length the LSTM kept up." + far)
-
-
-# ---- Why residual connections ---------------------------------------------------------------------
-RESID = run_config(
-    model=ModelConfig(n_layers=6, n_heads=4, d_model=64, d_ff=256, norm="pre", pos="learned"),
-    task=TaskConfig(name="sort", min_len=12, max_len=12, n_symbols=10),
-    train=TrainConfig(steps=200, batch_size=64, lr=3e-3, warmup=30, eval_every=10),
-)
-RESID_RUNS = ("pre-LN", "pre-LN, no residuals", "post-LN", "post-LN, no residuals")
-
-
-def _explain_residuals(r: Results) -> str:
-    pre, pre_off, post, post_off = (_ev(r, n) for n in RESID_RUNS)
-    chance = math.log(RESID.task.n_symbols)
-    head = (f"Held-out loss after {r[RESID_RUNS[0]].get('steps') or RESID.train.steps} steps, 6 layers deep: with residual connections pre-LN "
-            f"{_n(pre)} and post-LN {_n(post)}; without them {_n(pre_off)} and {_n(post_off)} (guessing: "
-            f"ln {RESID.task.n_symbols} = {chance:.2f}). ")
-    if max(pre, post) < 0.5 * chance and min(pre_off, post_off) > 0.9 * chance:
-        return head + ("Without the identity path x + f(x), every layer's input is the previous layer's output "
-                       "alone: the signal and its gradient pass through six transformations, and the stack never "
-                       "left guessing. With it, each layer adds a small correction to a stream the gradient "
-                       "reaches directly, so both norm placements learn (He et al. 2016).")
-    if max(pre, post) < min(0.9 * chance, pre_off, post_off):
-        return head + "Residual connections helped, but not by the usual margin this time: try another seed."
-    return head + "No separation this time: try another seed or more steps."
-
-
-# ---- Why 1/sqrt(d_k) -------------------------------------------------------------------------------
-SCALING = run_config(
-    model=ModelConfig(n_layers=2, n_heads=1, d_model=128, d_ff=512, norm="pre", pos="learned"),  # d_k = 128
-    task=TaskConfig(name="reverse", min_len=1, max_len=12, n_symbols=10),
-    train=TrainConfig(steps=400, batch_size=64, lr=3e-3, warmup=40, eval_every=20),
-)
-SCALING_RUNS = ("scaled by 1/sqrt(d_k)", "scaling removed")
-
-
-def _explain_scaling(r: Results) -> str:
-    scaled, raw = (_ev(r, n) for n in SCALING_RUNS)
-    em_s, em_r = (_ev(r, n, "exact_match") for n in SCALING_RUNS)
-    steps = r[SCALING_RUNS[0]].get("steps") or SCALING.train.steps
-    head = (f"With one head of d_k = 128, held-out loss after {steps} steps: {_n(scaled)} with the "
-            f"scaling (exact-match {_pct(em_s)}), {_n(raw)} without ({_pct(em_r)}). ")
-    if raw > 1.5 * scaled:
-        return head + ("The paper's reason (footnote 4): a score is a sum of 128 products, its variance grows as "
-                       "d_k, so the softmax saturates onto one key and passes almost no gradient to the others. "
-                       "Learn page 4 measures that saturation for random q and k; this preset measures the slower "
-                       "learning it predicts.")
-    if raw > scaled:
-        return head + "The scaled model learned faster, but not by the usual margin this time."
-    return head + ("This time removing the scaling did not slow learning: this lab's small initialisation keeps "
-                   "the first scores small either way, and the model can learn smaller q and k.")
-
-
-# ---- Table 3 at toy scale (lab/teach/table3.py) ------------------------------------------------------
-def _explain_table3(r: Results) -> str:
-    rows = table(r)
-    lines = ["| Row | Variation | Paper PPL / BLEU | Measured PPL per character, mean [min, max] | Mark |",
-             "|---|---|---|---|---|"]
-    lines += [f"| {x['row']} | {x['variation']} | {x['paper PPL']:.2f} / {x['paper BLEU']:.1f} | "
-              f"{x['measured PPL (mean [min, max])']} | {x['mark']} |" for x in rows]
-    marks = [x["mark"] for x in rows[1:]]
-    same, spread = marks.count(SAME), marks.count(SPREAD)
-    opposite = len(marks) - same - spread
-    return (f"Of the paper's {len(TABLE3_ROWS)} variations, {same} moved this toy model the paper's way, {opposite} the "
-            f"opposite way and {spread} stayed within the seeds' spread (3 seeds each; held-out perplexity per "
-            "character of the built-in text, where the paper measured word pieces of a translation; "
-            "docs/SCIENCE.md says why and what disagrees).\n\n" + "\n".join(lines))
 
 
 PRESETS: dict[str, Preset] = {p.key: p for p in (
