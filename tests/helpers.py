@@ -208,8 +208,8 @@ def descendants(pid: int) -> set[int]:
 
 # ---- the app's API through gradio_client --------------------------------------------------------------
 
-COMPARE_OUTPUTS = ("table", "pick", "curves", "finals", "configs", "params", "bands", "groups", "files", "timer",
-                   "note")  # what Compare's one event returns (ui/compare.py), as gradio_client sees it
+COMPARE_OUTPUTS = ("table", "pick", "curves", "finals", "configs", "params", "stability", "bands", "groups", "files",
+                   "timer", "note")  # what Compare's one event returns (ui/compare.py), as gradio_client sees it
 WAIT_S = 120.0  # a run started through the API finishes within this
 SMALL = {"task": "copy", "max_len": 4, "d_model": 32, "n_heads": 2, "steps": 150}  # Train tab knobs of a short run
 

@@ -3,10 +3,11 @@
     1 core       lab/*.py: config and its field declarations, tasks, positional, model, optim, trainer, records
     2 engine     lab/engine/: the run store, jobs, worker processes, limits, grids, publishing
     3 views      lab/views/: analysis and plots
-    4 teaching   lab/teach/: presets, lessons
-    5 cli        lab/cli/: the command line, and lab/__main__.py
-    6 ui         ui/: the app's tabs
-    7 app        app.py
+    4 circuits   lab/circuits/: head roles, activation patching, the Fourier picture
+    5 teaching   lab/teach/: presets, lessons
+    6 cli        lab/cli/: the command line, and lab/__main__.py
+    7 ui         ui/: the app's tabs
+    8 app        app.py
 
 Every import counts, including the ones inside functions (a lazy import is still an arrow).
 """
@@ -18,7 +19,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-LAYERS = {"lab.engine": 2, "lab.views": 3, "lab.teach": 4, "lab.cli": 5, "lab.__main__": 5, "ui": 6, "app": 7}
+LAYERS = {"lab.engine": 2, "lab.views": 3, "lab.circuits": 4, "lab.teach": 5, "lab.cli": 6, "lab.__main__": 6, "ui": 7,
+          "app": 8}
 
 
 def layer(module: str) -> int:
