@@ -44,6 +44,11 @@ footer {display: none !important}
     overflow-x: auto; align-items: flex-start !important}
   #attn-enc_self img, #attn-dec_self img, #attn-cross img {
     max-width: none !important; width: 640px !important; margin: 0 auto; flex-shrink: 0}
+  /* a preset's result table (Table 3's five columns) scrolls sideways in its card, words whole (squeezed into
+     390 px, its cells broke words into single letters) */
+  [id^="preset-card-"] table, #compare-note table {display: block; overflow-x: auto}
+  [id^="preset-card-"] td, [id^="preset-card-"] th, #compare-note td, #compare-note th {
+    word-break: normal !important; overflow-wrap: normal !important; min-width: 5.5em}
 }
 """
 
