@@ -18,6 +18,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from lab.config import declared_fields
 from lab.engine.grid import SEED, varied_columns
+from lab.engine.store import LIVE_STATES
 from lab.views.run_labels import FIELD_LABELS, compact
 
 MAX_PANELS = 6  # more combinations of the other axes than this: no map (the band table reads better)
@@ -113,7 +114,7 @@ def stability_map(rows: Mapping[str, Mapping[str, Any]], final: Callable[[str], 
     for (panel, xv, yv), members in groups.items():
         good = [f.value for f in members if f.value is not None and not f.mark and math.isfinite(f.value)]
         cells.append(Cell(xv, yv, panel, sum(good) / len(good) if good else None, len(members),
-                          tuple(f.mark for f in members if f.mark), sum(f.state in ("queued", "running") for f in members)))
+                          tuple(f.mark for f in members if f.mark), sum(f.state in LIVE_STATES for f in members)))
     return StabilityMap(x, y, panels, tuple(sorted({c.x for c in cells})), tuple(sorted({c.y for c in cells})),
                         tuple(cells))
 
