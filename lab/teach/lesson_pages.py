@@ -154,8 +154,8 @@ PAGES: tuple[Page, ...] = (
          "snapshot steps, so it can measure every head's role at each of them: the moment a circuit forms. In "
          "the *Induction heads* preset the induction score of a layer-1 head jumps within a few hundred steps, "
          "and the held-out loss falls at the same time (a phase change).",
-         r"\mathrm{score}_{	ext{induction}}(h) = rac{1}{L} \sum_{i=L}^{2L-1} a^{h}_{i,\; i-L+1}, \qquad "
-         r"\mathrm{score}_{	ext{prev}}(h) = rac{1}{2L-1} \sum_{i=1}^{2L-1} a^{h}_{i,\; i-1}",
+         r"\mathrm{score}_{\text{induction}}(h) = \frac{1}{L} \sum_{i=L}^{2L-1} a^{h}_{i,\; i-L+1}, \qquad "
+         r"\mathrm{score}_{\text{prev}}(h) = \frac{1}{2L-1} \sum_{i=1}^{2L-1} a^{h}_{i,\; i-1}",
          "Left and middle: every head's induction and previous-token score at each snapshot step (a row per "
          "head). Right: the held-out loss on the same step axis; the dashed line marks the step the top "
          "induction score first passed 0.4. Pick the *Induction heads* preset's 2-layer run; `python -m lab "
