@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything the tests need, lint, then run the whole suite.
-#   bash scripts/test.sh                  # everything (about 45 minutes on 2 CPU cores)
+#   bash scripts/test.sh                  # everything (about 40 minutes on 2 CPU cores)
 #   bash scripts/test.sh -m "not slow"    # the fast unit tests only (about 5 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
