@@ -72,14 +72,8 @@ def number_embedding(cfg: Any, weights: dict) -> np.ndarray:
 
 
 def spectra_over_training(store: Any, run_id: str, top: int = TOP) -> list[Spectrum]:
-    """The embedding's spectrum at every snapshot step that kept weights, then at the final weights (a stored
-    run of lab/engine/store.py's RunStore), in step order."""
+    """The embedding's spectrum at every snapshot step that kept weights, then at the final weights, in step order."""
+    from lab.circuits import weights_over_training
+
     cfg = store.config(run_id)
-    out: dict[int, Spectrum] = {}
-    for step in [*store.snapshot_steps(run_id), None]:
-        try:
-            weights, at = store.weights_at(run_id, step)
-        except (OSError, LookupError):  # a snapshot that kept no weights, or no final weights yet
-            continue
-        out[at] = spectrum(number_embedding(cfg, weights), at, top)
-    return [out[s] for s in sorted(out)]
+    return [spectrum(number_embedding(cfg, weights), at, top) for at, weights in weights_over_training(store, run_id)]

@@ -103,17 +103,9 @@ def crossing_step(series: list[HeadScores], name: str = "induction",
 
 
 def scores_over_training(store: Any, run_id: str, seed: int = 0) -> list[HeadScores]:
-    """Role scores at every snapshot step that kept weights, then at the final weights (a stored run of
-    lab/engine/store.py's RunStore: `config`, `snapshot_steps`, `weights_at`), in step order."""
+    """Role scores at every snapshot step that kept weights, then at the final weights, in step order."""
+    from lab.circuits import weights_over_training
     from lab.views.analysis import load_model
 
     cfg = store.config(run_id)
-    steps: list[Optional[int]] = [*store.snapshot_steps(run_id), None]
-    out: dict[int, HeadScores] = {}
-    for step in steps:
-        try:
-            weights, at = store.weights_at(run_id, step)
-        except (OSError, LookupError):  # a snapshot that kept no weights, or no final weights yet
-            continue
-        out[at] = head_scores(load_model(cfg, weights), cfg, at, seed)
-    return [out[s] for s in sorted(out)]
+    return [head_scores(load_model(cfg, weights), cfg, at, seed) for at, weights in weights_over_training(store, run_id)]
