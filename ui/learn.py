@@ -17,6 +17,7 @@ from lab.teach.lesson_figures import page_figure
 from lab.views.analysis import MAX_PROBE_CHARS
 from lab.teach.lesson_pages import PAGE_KEYS, PAGES, markdown, page
 from lab.teach.lessons import Subject, default_subject
+from lab.teach.preset_results import run_history
 from lab.engine.storefs import RunNotFoundError
 from lab.views.run_labels import short_label
 from ui.common import AppContext, errors_as_messages, with_api_params
@@ -44,17 +45,7 @@ def subject_for(ctx: AppContext, run_id: Optional[str]) -> Subject:
                                   f"initialisation it starts from")
     steps = (ctx.store.summary(run_id) or {}).get("steps")
     return Subject(cfg, weights, f"run {label}, its final weights" + (f" after {steps} steps" if steps else ""),
-                   int(steps) if steps else None, history=partial(run_history, ctx, run_id))
-
-
-def run_history(ctx: AppContext, run_id: str) -> tuple[list, list[tuple[int, float]]]:
-    """The run's role scores at each snapshot step and its held-out loss at each evaluation (the circuits page)."""
-    from lab.circuits.head_roles import scores_over_training
-
-    m = ctx.store.metrics(run_id)
-    evals = m[m["kind"] == "eval"] if len(m) else m
-    losses = [(int(s), float(v)) for s, v in zip(evals.get("step", []), evals.get("loss", []))]
-    return scores_over_training(ctx.store, run_id), losses
+                   int(steps) if steps else None, history=partial(run_history, ctx.store, run_id))
 
 
 def page_view(ctx: AppContext, key: str, run_id: Optional[str], probe: str):

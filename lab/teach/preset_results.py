@@ -5,7 +5,7 @@ distance). Measures are taken once per run and kept: a finished run's weights ne
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from lab.engine.store import RunStore
 from lab.engine.storefs import DamagedRunError, RunNotFoundError
@@ -22,23 +22,32 @@ WEIGHT_MEASURES: dict[str, Callable[..., dict]] = {
 _MEASURES: dict[tuple[str, str, str], dict] = {}  # (store root, run id, measure) -> its value
 
 
+def run_history(store: RunStore, run_id: str) -> tuple[list, list[tuple[int, float]]]:
+    """The run's head-role scores at each kept snapshot (lab/circuits/head_roles.py) and its held-out loss at
+    each evaluation: what Learn page 13 draws and the induction preset's sentence quotes."""
+    from lab.circuits.head_roles import scores_over_training
+
+    m = store.metrics(run_id)
+    evals = m[m["kind"] == "eval"] if len(m) else m
+    losses = [(int(s), float(v)) for s, v in zip(evals.get("step", []), evals.get("loss", []))]
+    return scores_over_training(store, run_id), losses
+
+
 def induction_forming(store: RunStore, run_id: str) -> dict[str, Any]:
     """When the run's induction head formed: the top induction score at the first snapshot and at the end, the
-    head, the first step it passed 0.4 (lab/circuits/head_roles.py, the numbers `python -m lab heads` and Learn
-    page 13 show), the snapshot interval, and the held-out loss's steepest fall (lab/teach/lesson_circuits.py)."""
-    from lab.circuits.head_roles import crossing_step, scores_over_training
+    head, the first step it passed 0.4 (the numbers `python -m lab heads` and Learn page 13 show), the
+    snapshot interval, and the held-out loss's steepest fall (lab/teach/lesson_circuits.py)."""
+    from lab.circuits.head_roles import crossing_step
     from lab.interventions import head_name
     from lab.teach.lesson_circuits import steepest_fall
 
-    series = scores_over_training(store, run_id)
+    series, losses = run_history(store, run_id)
     if len(series) < 2:
         return {}
-    m = store.metrics(run_id)
-    evals = m[m["kind"] == "eval"]
-    fall: Optional[tuple] = steepest_fall([(int(s), float(v)) for s, v in zip(evals["step"], evals["loss"])])
     layer, head, end = series[-1].top("induction")
     return {"start": float(series[0].scores["induction"].max()), "end": end, "head": head_name(layer, head),
-            "crossing": crossing_step(series), "every": series[1].step - series[0].step, "fall": fall}
+            "crossing": crossing_step(series), "every": series[1].step - series[0].step,
+            "fall": steepest_fall(losses)}
 
 
 # what an explanation may quote of a run's whole training (its snapshots and curves): name -> f(store, run id)
