@@ -114,21 +114,25 @@ def test_the_causal_cone_is_later_rows_at_later_positions():
     assert cone.tolist() == [[False] * 4, [False, False, True, True], [False, False, True, True]]
 
 
-def test_the_command_prints_both_grids(tmp_path, capsys):
-    path = tmp_path / "cfg.json"
-    path.write_text(CFG.to_json())
-    assert main(["train", "--config", str(path), "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0
-    run_id = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["run_id"]
-    args = ["patch", run_id, "--runs-dir", str(tmp_path / "runs"), "--clean", "3 7 1 9 4 3 7 1 9",
-            "--corrupt", "3 7 1 9 12 3 7 1 9"]
-    code = main(args + ["--json"])
-    out, err = capsys.readouterr()
-    if code == 2:  # a barely trained model may give both inputs one answer: said by name, nothing else
-        assert "corrupt: both inputs get the same answer" in err, err
-        return
-    assert code == 0, err
-    got = json.loads(out)
-    assert len(got["residual"]) == 3 and len(got["residual"][0]) == 9 and np.asarray(got["heads"]).shape == (2, 2)
-    assert got["clean_answer"] != got["corrupt_answer"]
-    assert main(args[:-2] + ["--corrupt", "3 7 1"]) == 2
-    assert "same length" in capsys.readouterr().err
+def test_the_command_prints_both_grids_as_the_function_computes_them(tmp_path, capsys, model):
+    from lab.engine.store import RunStore
+
+    store = RunStore(tmp_path / "runs")  # a stored run holding the fixture's weights: its inputs' answers differ
+    run_id = store.create(CFG)
+    store.save_weights(run_id, model.state_dict())
+    store.write_summary(run_id, {"steps": CFG.train.steps})
+    store.set_status(run_id, "completed", step=CFG.train.steps)
+    store.close()
+    clean, corrupt = inputs(model)
+    text = [" ".join(str(int(t)) for t in x[0]) for x in (clean, corrupt)]
+    args = ["patch", run_id, "--runs-dir", str(tmp_path / "runs"), "--clean", text[0], "--corrupt", text[1]]
+    assert main(args + ["--json"]) == 0, capsys.readouterr().err
+    got = json.loads(capsys.readouterr().out)
+    want = patch(model, clean, corrupt)
+    assert (got["clean_answer"], got["corrupt_answer"], got["step"]) == (want.clean_answer, want.corrupt_answer, 40)
+    assert np.allclose(got["residual"], want.residual, atol=1e-3) and np.allclose(got["heads"], want.heads, atol=1e-3)
+    assert main(args) == 0 and "layer 1 head 1" in capsys.readouterr().out
+    assert main(args[:-2] + ["--corrupt", text[1].rsplit(" ", 1)[0]]) == 2
+    assert "--corrupt: the clean and corrupted inputs must have the same length" in capsys.readouterr().err
+    assert main(args[:-2] + ["--corrupt", text[0]]) == 2
+    assert "--corrupt: both inputs get the same answer" in capsys.readouterr().err
