@@ -23,8 +23,8 @@ from typing import Any, ClassVar, Optional
 import torch
 from torch import Tensor
 
-from lab import taskshapes as shapes
-from lab import textdata
+import lab.taskshapes as shapes
+import lab.textdata as textdata
 from lab.taskshapes import IGNORE_INDEX
 from lab.config import TaskConfig
 

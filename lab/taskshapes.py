@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
-from lab import textdata
+import lab.textdata as textdata
 from lab.fields import ConfigError
 
 

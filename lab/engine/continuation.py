@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 from safetensors import SafetensorError
 
-from lab import checkpoint as ckpt
+import lab.checkpoint as ckpt
 from lab.checkpoint import Checkpoint
 from lab.config import ConfigError, RunConfig
 from lab.engine.limits import Limits, check_config

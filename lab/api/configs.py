@@ -1,0 +1,93 @@
+"""Configs from keywords: `make_config`, `make_grid`, `count_params` (the public API, docs/python-api.md).
+
+A keyword is a command-line flag without its dashes (`--n-layers` is `n_layers`, `--task` is `task`), and a
+config is built exactly as `python -m lab train` builds it (lab/cli/main.py config_from_args): the defaults,
+or a base config, with the stated values on top, and what nobody stated derived by the one rule of
+lab/derived.py (the task's training lengths, the context length). Every value is validated by the config's
+own dataclasses, so a wrong one raises `ConfigError` naming the field, the value and what is allowed.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterable, Mapping, Optional
+
+from lab.config import ConfigError, RunConfig, declared_fields
+from lab.derived import resolve, stated_in
+from lab.fields import FieldInfo, suggest
+
+# keyword -> its declared field: "n_layers" -> model.n_layers (every field that has a command-line flag)
+KEYWORDS: dict[str, FieldInfo] = {f.flag[2:].replace("-", "_"): f for f in declared_fields() if f.flag}
+
+
+def config_keywords() -> dict[str, str]:
+    """Every keyword `make_config` accepts, with what it sets and allows: {"n_layers": "Layers: Blocks per
+    stack ... (allowed: 1 to 24; default 2)", ...}, in the command line's order (task, model, train)."""
+    return {kw: f"{f.label_help} (allowed: {f.allowed()}; default {f.default!r})" for kw, f in KEYWORDS.items()}
+
+
+def make_config(base: Optional[RunConfig] = None, /, *, name: Optional[str] = None, **keywords: Any) -> RunConfig:
+    """A validated run config: `base` (default: the defaults) with `keywords` on top.
+
+    >>> cfg = make_config(task="copy", n_layers=2, pos="sinusoidal", steps=200)
+    >>> cfg.model.n_layers, cfg.task.name
+    (2, 'copy')
+    >>> make_config(cfg, norm="post").model.norm   # a variant of a config: the rest stays
+    'post'
+
+    `name` labels the run (in listings and legends). A keyword that is not a field, or a value a field does
+    not allow, raises ConfigError naming it (`config_keywords()` lists them)."""
+    if base is not None and not isinstance(base, RunConfig):
+        raise ConfigError("config", f"expected a RunConfig as the base, got {type(base).__name__}")
+    data = (base or RunConfig()).to_dict()
+    stated = set(stated_in(base)) if base is not None else set()
+    for keyword, value in keywords.items():
+        info = KEYWORDS.get(keyword)
+        if info is None:
+            raise ConfigError(keyword, "is not a config keyword; " + suggest(keyword, tuple(KEYWORDS)).split(" is ", 1)[1])
+        data[info.section][info.name] = value
+        stated.add(info.key)
+    if name is not None:
+        data["name"] = name
+    return resolve(data, stated)
+
+
+def _shown(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def make_grid(base: Optional[RunConfig] = None, /, **axes: Iterable[Any]) -> list[RunConfig]:
+    """Every combination of the axes' values applied to `base`, each config named by its values (the ablation
+    grid of the app, from Python): the first axis varies slowest.
+
+    >>> grid = make_grid(make_config(task="copy"), pos=["learned", "sinusoidal"], seed=[0, 1])
+    >>> [c.name for c in grid]
+    ['pos=learned seed=0', 'pos=learned seed=1', 'pos=sinusoidal seed=0', 'pos=sinusoidal seed=1']
+
+    Axes are `make_config` keywords with a list of values each; ConfigError names a bad one."""
+    if not axes:
+        raise ConfigError("grid", "give at least one axis, e.g. seed=[0, 1, 2]")
+    lists = {}
+    for axis, values in axes.items():
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            raise ConfigError(axis, f"an axis takes a list of values, got {values!r}")
+        lists[axis] = list(values)
+        if not lists[axis]:
+            raise ConfigError(axis, "has no values")
+    out = []
+    for combo in itertools.product(*lists.values()):
+        changes = dict(zip(lists, combo))
+        out.append(make_config(base, name=" ".join(f"{k}={_shown(v)}" for k, v in changes.items()), **changes))
+    return out
+
+
+def count_params(cfg: RunConfig, by_component: bool = False) -> int | Mapping[str, int]:
+    """The model's parameter count for `cfg`, from the formula (nothing is built or trained), or with
+    `by_component` its parts (embeddings, positional, attention, mlp, norms, head, recurrent), as Compare's bars show them.
+
+    >>> count_params(make_config(n_layers=2)) < count_params(make_config(n_layers=4))
+    True
+    """
+    from lab.params import param_breakdown
+
+    parts = param_breakdown(cfg)
+    return dict(parts) if by_component else sum(parts.values())
