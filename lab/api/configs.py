@@ -8,12 +8,13 @@ own dataclasses, so a wrong one raises `ConfigError` naming the field, the value
 """
 from __future__ import annotations
 
+import difflib
 import itertools
 from typing import Any, Iterable, Mapping, Optional
 
 from lab.config import ConfigError, RunConfig, declared_fields
 from lab.derived import resolve, stated_in
-from lab.fields import FieldInfo, suggest
+from lab.fields import FieldInfo
 
 # keyword -> its declared field: "n_layers" -> model.n_layers (every field that has a command-line flag)
 KEYWORDS: dict[str, FieldInfo] = {f.flag[2:].replace("-", "_"): f for f in declared_fields() if f.flag}
@@ -43,7 +44,9 @@ def make_config(base: Optional[RunConfig] = None, /, *, name: Optional[str] = No
     for keyword, value in keywords.items():
         info = KEYWORDS.get(keyword)
         if info is None:
-            raise ConfigError(keyword, "is not a config keyword; " + suggest(keyword, tuple(KEYWORDS)).split(" is ", 1)[1])
+            close = difflib.get_close_matches(keyword, KEYWORDS, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else "lab.config_keywords() lists them"
+            raise ConfigError(keyword, f"is not a config keyword; {hint}")
         data[info.section][info.name] = value
         stated.add(info.key)
     if name is not None:

@@ -1,0 +1,162 @@
+"""The public Python API (lab/api/, docs/python-api.md): every example of the API page runs, in order, as
+written (slow: it trains six short runs and launches the app once); the docstrings' examples run (doctest);
+and the API's promises on one tiny trained run: configs built and refused as the command line builds and
+refuses them, metrics and curves as DataFrames, the cache's names and shorthand, hooks that come off
+however their block ends, figures as matplotlib figures."""
+from __future__ import annotations
+
+import doctest
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from matplotlib.figure import Figure
+
+import lab
+import lab.api.configs
+from lab.cli.main import build_parser, config_from_args
+
+REPO = Path(__file__).resolve().parents[1]
+PAGE = REPO / "docs" / "python-api.md"
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def page_examples() -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", PAGE.read_text(encoding="utf-8"), re.S | re.M)
+
+
+@pytest.mark.slow
+def test_every_example_of_the_api_page_runs_in_order(tmp_path, monkeypatch):
+    """The ```python blocks of docs/python-api.md, executed one after another in one namespace (as a reader
+    runs them in a notebook), in an empty folder with its own run store."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))
+    blocks = page_examples()
+    assert len(blocks) >= 8
+    namespace: dict = {"__name__": "__docs__"}
+    for i, block in enumerate(blocks):
+        exec(compile(block, f"docs/python-api.md example {i + 1}", "exec"), namespace)
+    assert isinstance(namespace["run"], lab.Run) and namespace["run"].state == "completed"
+    assert len(lab.list_runs(namespace["runs_dir"])) == 5  # the run and the grid's four
+
+
+def test_the_docstrings_examples_run():
+    result = doctest.testmod(lab.api.configs, raise_on_error=False)
+    assert result.attempted >= 5 and result.failed == 0
+
+
+def test_the_page_has_no_example_the_test_would_miss():
+    text = PAGE.read_text(encoding="utf-8")
+    fences = re.findall(r"^```(\w*)$", text, re.M)
+    langs = [f for f in fences if f]  # opening fences name their language; closing ones are bare
+    assert set(langs) <= {"python", "bash"} and langs.count("python") == len(page_examples())
+
+
+@pytest.mark.parametrize("keywords", [
+    {"task": "induction"},
+    {"task": "reverse", "max_len": 12, "pos": "rope", "norm": "post", "n_layers": 3},
+    {"task": "copy", "arch": "encoder-decoder", "lr": 1e-3, "seed": 4},
+])
+def test_make_config_builds_what_the_command_line_builds(keywords):
+    argv = ["train"]
+    for k, v in keywords.items():
+        argv += [f"--{k.replace('_', '-')}", str(v)]
+    assert lab.make_config(**keywords) == config_from_args(build_parser().parse_args(argv))
+
+
+@pytest.mark.parametrize("keywords, field", [
+    ({"n_layer": 2}, "n_layer"), ({"pos": "rotary"}, "model.pos"), ({"steps": 0}, "train.steps"),
+    ({"d_model": 30, "n_heads": 4}, "model.d_model"), ({"lr": "fast"}, "train.lr"),
+])
+def test_make_config_refuses_a_bad_keyword_or_value_naming_it(keywords, field):
+    with pytest.raises(lab.api.configs.ConfigError) as err:
+        lab.make_config(**keywords)
+    assert err.value.field == field
+
+
+def test_a_variant_keeps_the_base_and_a_grid_names_its_configs():
+    base = lab.make_config(task="copy", n_layers=3, steps=50)
+    variant = lab.make_config(base, norm="post")
+    assert (variant.model.n_layers, variant.train.steps, variant.model.norm) == (3, 50, "post")
+    grid = lab.make_grid(base, norm=["pre", "post"], lr=[0.001, 0.003])
+    assert [c.name for c in grid] == ["norm=pre lr=0.001", "norm=pre lr=0.003", "norm=post lr=0.001",
+                                      "norm=post lr=0.003"]
+    with pytest.raises(ValueError):
+        lab.make_grid(base, seed=3)
+    assert "n_layers" in lab.config_keywords() and "allowed" in lab.config_keywords()["pos"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> lab.Run:
+    """One tiny copy run (20 steps): enough to read, not to learn."""
+    cfg = lab.make_config(task="copy", n_layers=2, n_heads=2, d_model=16, d_ff=32, steps=20, batch_size=16,
+                          eval_every=10, eval_samples=32, snapshots=2, threads=1)
+    return lab.train(cfg, runs_dir=tmp_path_factory.mktemp("api"), progress=False)
+
+
+def test_a_trained_run_reads_as_dataframes(run):
+    assert run.state == "completed" and run.summary["steps"] == 20
+    m = run.metrics()
+    assert isinstance(m, pd.DataFrame) and set(m["kind"]) == {"train", "eval"}
+    evals = run.metrics("eval")
+    assert list(evals["step"]) == [10, 20] and "exact_match" in evals
+    curve = run.curve("held-out loss")
+    assert list(curve.columns) == ["step", "x", "value"] and list(curve["step"]) == [10, 20]
+    assert curve["value"].iloc[-1] == pytest.approx(run.summary["eval"]["loss"])
+    listed = lab.list_runs(run.store.root)
+    assert list(listed["run_id"]) == [run.run_id]
+    again = lab.load_run(run.run_id, run.store.root)
+    assert again.config == run.config
+    with pytest.raises(FileNotFoundError):
+        lab.load_run("no-such-run", run.store.root)
+    assert run.evaluate()["loss"] == pytest.approx(run.summary["eval"]["loss"], abs=1e-5)
+
+
+def test_the_cache_has_transformerlens_names_and_shorthand(run):
+    logits, cache = run.run_with_cache("1 2 3")
+    tokens = run.to_str_tokens("1 2 3")
+    assert logits.shape[:2] == (1, len(tokens))
+    assert isinstance(cache, lab.ActivationCache)
+    assert torch.equal(cache["pattern", 1], cache["blocks.1.attn.hook_pattern"])
+    assert torch.equal(cache["resid_post", -1], cache["blocks.1.hook_resid_post"])
+    assert torch.equal(cache["resid_post", 0], cache["resid_pre", 1])  # one stream, block after block
+    assert cache["pattern", 0].shape == (1, 2, len(tokens), len(tokens))
+    np.testing.assert_allclose(cache["pattern", 0][0].numpy(), run.attention("1 2 3")[0], atol=1e-6)
+    with pytest.raises(KeyError):
+        cache["no_such_hook", 0]
+
+
+def test_hooks_change_what_is_read_and_come_off_however_the_block_ends(run):
+    intact = run.evaluate()
+    with run.hooks(skip_block=[0, 1], positional="none") as model:
+        assert model is run.model and run.active_hooks is not None
+        changed = run.evaluate()
+    assert changed["loss"] != intact["loss"]
+    assert run.evaluate() == intact and run.active_hooks is None
+    with pytest.raises(RuntimeError):
+        with run.hooks(heads="1.0"):
+            raise RuntimeError("a failing cell")
+    assert run.evaluate() == intact
+    with pytest.raises(ValueError):  # a head the model lacks is refused, naming it
+        with run.hooks(heads=[(5, 0)]):
+            pass
+    with run.hooks(heads="0.0 0.1", mode="mean"):
+        assert run.evaluate()["loss"] != intact["loss"]
+
+
+def test_every_figure_is_a_matplotlib_figure(run):
+    step = run.snapshot_steps()[0]
+    figures = [lab.plot_curves(run), lab.plot_curves([run.run_id], ["train loss", "held-out loss"],
+                                                     runs_dir=run.store.root),
+               lab.plot_bands([run]), lab.plot_attention(run), lab.plot_attention(run, step=step),
+               lab.plot_pca(run), lab.plot_importance(run), lab.plot_logit_lens(run, "1 2 3"),
+               lab.plot_params([run, run.config])]
+    with run.hooks(heads="1.0"):
+        figures.append(lab.plot_attention(run))
+    assert all(isinstance(f, Figure) for f in figures)
+    assert list(lab.count_params(run.config, by_component=True)) == ["embeddings", "positional", "attention", "mlp",
+                                                                      "norms", "head", "recurrent"]
+    assert lab.count_params(run.config) == run.summary["params"] == sum(p.numel() for p in run.model.parameters())
