@@ -23,6 +23,11 @@ CFG = run_config(model=ModelConfig(n_layers=2, n_heads=2, d_model=16, d_ff=32),
 
 @pytest.fixture(scope="module")
 def model() -> Transformer:
+    return sharpened()
+
+
+def sharpened() -> Transformer:
+    """A model of CFG whose inputs' answers depend on earlier tokens (tests/test_circuits_panel.py stores it)."""
     torch.manual_seed(0)
     m = Transformer(CFG.model, 20)
     with torch.no_grad():  # sharp attention writing large outputs: an earlier token can change the answer

@@ -22,6 +22,7 @@ from lab.views.plots import KIND_TITLES
 from ui.common import AppContext, errors_as_messages, kept, with_api_params
 from ui.inspect import (KINDS, SOURCES, TYPED_LABEL, Drawn, Shown, attention_figures,
                         attention_view, positional_panel, run_choices, run_label, step_slider, typed_note)
+from ui.circuits import build_circuits_panel
 from ui.intervene import build_intervene_panel
 
 ACTIONS = ("run", "source", "text", "step")  # the controls that redraw the heatmaps, as the action box names them
@@ -67,6 +68,7 @@ def build_inspect_tab(ctx: AppContext) -> gr.Tab:
         shown = gr.State(None)  # the run whose heatmaps the page shows
         shown_a = gr.State(None)  # the run whose positional panel (side A) the page shows
         build_intervene_panel(ctx, run, source, text, step)  # the answer, interventions, head importance, logit lens
+        build_circuits_panel(ctx, run, step)  # head roles over training, activation patching
         gr.Markdown("### Positional encodings, side by side")
         with gr.Row():
             sides = []

@@ -102,6 +102,18 @@ def crossing_step(series: list[HeadScores], name: str = "induction",
     return next((s.step for s in series if s.top(name)[2] > threshold), None)
 
 
+def steepest_fall(losses: list[tuple[int, float]]) -> Optional[tuple[int, int, float, float]]:
+    """(from step, to step, loss then, loss after) of the interval between two evaluations where the loss fell
+    the most per step; None with fewer than two evaluations or no fall."""
+    pts = sorted((s, v) for s, v in losses if np.isfinite(v))
+    best, out = 0.0, None
+    for (s0, v0), (s1, v1) in zip(pts, pts[1:]):
+        rate = (v0 - v1) / max(s1 - s0, 1)
+        if rate > best:
+            best, out = rate, (s0, s1, v0, v1)
+    return out
+
+
 def scores_over_training(store: Any, run_id: str, seed: int = 0) -> list[HeadScores]:
     """Role scores at every snapshot step that kept weights, then at the final weights, in step order."""
     from lab.circuits import weights_over_training

@@ -17,6 +17,8 @@ head grid likewise, sample h patching head h. No gradio here.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -121,25 +123,44 @@ def patch(model: Transformer, clean: Tensor, corrupt: Tensor) -> Patching:
 
 
 @torch.no_grad()
+def patched(model: Transformer, corrupt: Tensor, clean_rows: list[Tensor], clean_heads: list[Tensor], kind: str,
+            index: int, positions: list[int], need_weights: bool = False) -> Any:
+    """The model's output (logits (1, T, vocab), and attention with `need_weights`) on the corrupted input
+    (1, T) with one activation of the clean run (`capture`'s rows and heads) put in: kind "residual" replaces
+    the residual stream's row `index` at `positions`, kind "head" replaces the output of head `index` of
+    layer positions[0] at every position. One patch, unbatched: what a click on a grid's cell shows."""
+    n_layers, d_head = len(model.decoder), model.cfg.d_head
+    if kind == "head":
+        layer, cols = positions[0], slice(index * d_head, (index + 1) * d_head)
+
+        def put_head(z: Tensor) -> Tensor:
+            z = z.clone()
+            z[:, :, cols] = clean_heads[layer][:, :, cols]
+            return z
+        h = model.decoder[layer].self_attn.out_proj.register_forward_pre_hook(
+            lambda mod, args: (put_head(args[0]), *args[1:]))
+    else:
+        idx = torch.tensor(positions, dtype=torch.long)
+
+        def put(x: Tensor) -> Tensor:
+            x = x.clone()
+            x[:, idx] = clean_rows[index][:, idx]
+            return x
+        if index < n_layers:
+            h = model.decoder[index].register_forward_pre_hook(lambda mod, args: (put(args[0]), *args[1:]))
+        else:
+            h = model.decoder[-1].register_forward_hook(lambda mod, args, out: (put(out[0]), *out[1:]))
+    try:
+        return model(corrupt, None, need_weights=need_weights)
+    finally:
+        h.remove()
+
+
 def patch_residual(model: Transformer, corrupt: Tensor, clean_rows: list[Tensor], row: int,
                    positions: list[int]) -> Tensor:
     """Logits (1, T, vocab) of the corrupted input (1, T) with the residual stream's `row` (as `capture`
     numbers them) replaced by the clean run's at `positions`: one patch, unbatched."""
-    n_layers = len(model.decoder)
-    idx = torch.tensor(positions, dtype=torch.long)
-
-    def put(x: Tensor) -> Tensor:
-        x = x.clone()
-        x[:, idx] = clean_rows[row][:, idx]
-        return x
-    if row < n_layers:
-        h = model.decoder[row].register_forward_pre_hook(lambda mod, args: (put(args[0]), *args[1:]))
-    else:
-        h = model.decoder[-1].register_forward_hook(lambda mod, args, out: (put(out[0]), *out[1:]))
-    try:
-        return model(corrupt, None).logits
-    finally:
-        h.remove()
+    return patched(model, corrupt, clean_rows, [], "residual", row, positions).logits
 
 
 def causal_cone(n_layers: int, t: int, row: int, position: int) -> np.ndarray:

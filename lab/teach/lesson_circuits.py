@@ -12,24 +12,12 @@ from typing import Optional
 import numpy as np
 from matplotlib.figure import Figure
 
-from lab.circuits.head_roles import INDUCTION_FORMS, HeadScores, crossing_step
+from lab.circuits.head_roles import INDUCTION_FORMS, HeadScores, crossing_step, steepest_fall
 from lab.interventions import head_name
 from lab.teach import lessons
 from lab.views.analysis import ProbeInput
 
 RED, BLUE = "#D55E00", "#0072B2"
-
-
-def steepest_fall(losses: list[tuple[int, float]]) -> Optional[tuple[int, int, float, float]]:
-    """(from step, to step, loss then, loss after) of the interval between two evaluations where the loss fell
-    the most per step; None with fewer than two evaluations or no fall."""
-    pts = sorted((s, v) for s, v in losses if np.isfinite(v))
-    best, out = 0.0, None
-    for (s0, v0), (s1, v1) in zip(pts, pts[1:]):
-        rate = (v0 - v1) / max(s1 - s0, 1)
-        if rate > best:
-            best, out = rate, (s0, s1, v0, v1)
-    return out
 
 
 def _message(text: str) -> tuple[Figure, str]:
