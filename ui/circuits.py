@@ -161,6 +161,8 @@ def panel_update(ctx: AppContext, cache: MapCache, action: Any, shown: Any, run_
         raise ConfigError("Head role", f"{role!r} is not one of {', '.join(SCORES)}")
     ctx.store.path(run_id)  # RunIdError: not a run id
     trigger = "run" if run_id != shown else trigger
+    if trigger == "run":  # the slider still holds the previous run's step: this run is drawn at its end
+        step = None
     cfg = ctx.store.config(run_id)
     if cfg.model.arch != "decoder":
         return {"roles_note": f"Head roles and patching are measured on decoder-only Transformers; this run is "

@@ -77,8 +77,13 @@ class HeadScores:
 
 
 def probe_half(cfg: Any) -> int:
-    """The repeat length that fits the model's context: half of n_ctx, at most 32 (at least 2)."""
-    return max(2, min(32, cfg.model.n_ctx // 2))
+    """The repeat length: half of the longest input the model trained on (its task's probe, at max_len), at
+    most 32 (at least 2). Not half of n_ctx: a context made room for longer evaluation lengths holds
+    positions training never reached, whose learned encodings are still at their initialisation."""
+    from lab.tasks import probe
+
+    trained = probe(cfg.task, cfg.model.arch).inp.shape[1]
+    return max(2, min(32, trained // 2))
 
 
 def head_scores(model: Any, cfg: Any, step: int, seed: int = 0) -> HeadScores:
