@@ -41,6 +41,7 @@ def test_every_example_of_the_api_page_runs_in_order(tmp_path, monkeypatch):
         exec(compile(block, f"docs/python-api.md example {i + 1}", "exec"), namespace)
     assert isinstance(namespace["run"], lab.Run) and namespace["run"].state == "completed"
     assert len(lab.list_runs(namespace["runs_dir"])) == 5  # the run and the grid's four
+    assert namespace["demo"].lab_context.store.root == Path(namespace["runs_dir"]).resolve()
 
 
 def test_the_docstrings_examples_run():

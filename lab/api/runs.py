@@ -266,8 +266,17 @@ def load_runs(runs: Sequence[Run | str] | Run | str, runs_dir: Optional[PathLike
 
 def demo(runs_dir: Optional[PathLike] = None) -> gradio.Blocks:
     """The whole app on the run store `runs_dir`, built but not started: `demo(...).launch()` shows it in a
-    notebook cell (inline) or serves it at http://127.0.0.1:7860. Runs started in it train in worker
-    processes; runs trained with `train` on the same folder appear in its Compare and Inspect tabs."""
-    from app import build_demo  # gradio loads here, never on `import lab`
+    notebook cell (inline) or serves it at http://127.0.0.1:7860, with `python app.py`'s settings (its style
+    sheet; the run store and the source never served, uploads capped), each of which a keyword of `launch`
+    overrides. Runs started in it train in worker processes; runs trained with `train` on the same folder
+    appear in its Compare and Inspect tabs."""
+    import functools
 
-    return build_demo(RunStore(runs_dir))
+    from app import CSS, blocked_paths, build_demo  # gradio loads here, never on `import lab`
+    from lab.engine.limits import Limits
+
+    store, limits = RunStore(runs_dir), Limits.from_env()
+    blocks = build_demo(store, limits=limits)
+    blocks.launch = functools.partial(blocks.launch, css=CSS, allowed_paths=[], blocked_paths=blocked_paths(store),
+                                      max_file_size=max(limits.max_upload_bytes, 1024 * 1024))
+    return blocks
