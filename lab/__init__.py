@@ -22,16 +22,16 @@ __all__ = [
     "RunConfig", "make_config", "make_grid", "count_params", "config_keywords",
     "Run", "train", "load_run", "list_runs", "demo",
     "ActivationCache",
-    "plot_curves", "plot_bands", "plot_attention", "plot_pca", "plot_importance", "plot_logit_lens",
+    "plot_curves", "plot_bands", "bands_frame", "plot_attention", "plot_pca", "plot_importance", "plot_logit_lens",
     "plot_params",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        from lab import api
+    if name in __all__ or name == "api":
+        import lab.api as api  # the submodule itself: `from lab import api` would call this function again
 
-        value = getattr(api, name)
+        value = api if name == "api" else getattr(api, name)
         globals()[name] = value  # later look-ups skip this function
         return value
     raise AttributeError(f"module 'lab' has no attribute {name!r}")

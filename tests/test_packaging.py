@@ -74,6 +74,7 @@ PROBE = """
 import json, sys
 import lab
 bare = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'gradio', 'ray', 'trackio', 'matplotlib'})
+assert lab.api.figures.METRICS  # the API package itself is reachable from the front door
 names = {name: getattr(lab, name) for name in lab.__all__}  # every public name, loaded
 import lab.api.runs, lab.api.figures, lab.api.cache, lab.api.configs
 print(json.dumps({"bare": bare, "after": sorted({m.split('.')[0] for m in sys.modules})}))
