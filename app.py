@@ -31,6 +31,12 @@ from ui.train import build_train_tab
 TITLE = "Transformer Ablation Lab"
 CSS = """
 #config-summary {min-height: 3em}
+/* grids a click reads (head importance, patching): the clicked cell keeps its colour and number (Gradio paints a
+   selected cell's text box near-white, under white text on a dark cell) and shows no row/column buttons */
+#importance-grid .cell-selected span.text, #circuits-residual .cell-selected span.text,
+#circuits-heads .cell-selected span.text {background: transparent !important}
+#importance-grid .selection-button, #circuits-residual .selection-button, #circuits-heads .selection-button {
+  display: none !important}
 footer {display: none !important}
 @media (max-width: 640px) {
   /* a phone: every tab's name fits on the tab bar (none hides behind a menu), and the Train tab shows

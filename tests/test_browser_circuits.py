@@ -19,7 +19,7 @@ from lab.config import ModelConfig, TaskConfig, TrainConfig, flatten
 from lab.derived import run_config
 from lab.teach.presets import INDUCTION
 from lab.views.run_labels import short_label
-from tests.browser import assert_no_errors, choose, chromium, open_page, shoot
+from tests.browser import SHOTS, assert_no_errors, choose, chromium, open_page, shoot
 from tests.helpers import lab, launch_app, trained_run
 
 pytestmark = pytest.mark.slow
@@ -117,7 +117,9 @@ def test_a_student_watches_the_induction_head_form_and_patches_it(circuits_app, 
         assert f"into layer 1 at position {changed}" in said and "(the clean answer)" in said, said
         assert f"{out['residual'][1][changed]:.0%} restored" in said and out["residual"][1][changed] > 0.9
         page.locator("#circuits-cell-attn img").wait_for()
-        shoot(page, tmp_path / "circuits.png", top="#circuits-roles-note")
+        page.set_viewport_size({"width": 1400, "height": 1700})  # the README's picture: scores, grids, the patch
+        shoot(page, SHOTS / "circuits.png", top="#circuits-roles-note")
+        page.set_viewport_size({"width": 1400, "height": 900})
 
         page.locator("#circuits-role").get_by_text("previous-token", exact=True).click()
         note.get_by_text("top previous-token score").wait_for()

@@ -110,7 +110,7 @@ def patch_parts(cfg: Any, model: Any, at: int, pair: Pair, trigger: str,
     clean, corrupt = _labels(cfg, pair.clean), _labels(cfg, pair.corrupt)
     name = lambda tok: get_task(cfg.task.name).label(cfg.task, tok)  # noqa: E731
     note = (f"Weights at step {at}. Clean answer **{name(p.clean_answer)}**, corrupted answer "
-            f"**{name(p.corrupt_answer)}** ({pair.how}) " + PATCH_NOTE)
+            f"**{name(p.corrupt_answer)}** ({pair.how.rstrip('.')}). " + PATCH_NOTE)
     picked_res = cell if trigger == "cell" and cell and cell[0] < p.residual.shape[0] and \
         cell[1] < p.residual.shape[1] else None
     picked_head = cell if trigger == "head" and cell and cell[0] < p.heads.shape[0] and \
