@@ -116,6 +116,32 @@ def test_a_trained_run_reads_as_dataframes(run):
     assert run.evaluate()["loss"] == pytest.approx(run.summary["eval"]["loss"], abs=1e-5)
 
 
+def test_train_many_returns_the_runs_in_order_batched_or_not(tmp_path):
+    base = lab.make_config(task="copy", n_layers=1, n_heads=2, d_model=16, d_ff=32, steps=8, batch_size=8,
+                           eval_every=4, eval_samples=16, snapshots=0, threads=1)
+    cfgs = lab.make_grid(base, pos=["learned", "sinusoidal"], seed=[0, 1])
+    batched = lab.train_many(cfgs, runs_dir=tmp_path / "b", progress=False, batch_seeds=True)
+    alone = lab.train_many(cfgs, runs_dir=tmp_path / "a", progress=False, batch_seeds=False)
+    assert [r.name for r in batched] == [r.name for r in alone] == [c.name for c in cfgs]
+    assert all(r.state == "completed" for r in batched + alone)
+    for b, a in zip(batched, alone):  # the batched model trains each run as alone, to float32 round-off
+        assert b.summary["eval"]["loss"] == pytest.approx(a.summary["eval"]["loss"], abs=1e-4)
+    with pytest.raises(ValueError):
+        lab.train_many([base, "not a config"], runs_dir=tmp_path / "c")
+
+
+def test_the_answer_and_free_generation(run):
+    answer = run.answer("1 2 3")
+    assert list(answer.columns) == ["predicted", "expected", "right", "probability"]
+    assert list(answer["expected"]) == ["1", "2", "3"]  # copy: the answer is the input
+    assert list(answer["right"]) == [p == e for p, e in zip(answer["predicted"], answer["expected"])]
+    assert ((answer["probability"] > 0) & (answer["probability"] <= 1)).all()
+    written = run.generate("1 2 3", max_new_tokens=4)
+    assert len(written.split()) == 4 and written == run.generate("1 2 3", max_new_tokens=4)  # greedy: the same
+    assert run.generate("1 2 3", max_new_tokens=4, temperature=1.0, seed=3) == run.generate(
+        "1 2 3", max_new_tokens=4, temperature=1.0, seed=3)
+
+
 def test_the_cache_has_transformerlens_names_and_shorthand(run):
     logits, cache = run.run_with_cache("1 2 3")
     tokens = run.to_str_tokens("1 2 3")

@@ -143,6 +143,27 @@ class Run:
             raise ValueError(f"kind: {kind!r} is not one of {', '.join(patterns)}")
         return patterns[kind]
 
+    def answer(self, text: Optional[str] = None) -> pd.DataFrame:
+        """The model's answer to `probe(text)` token by token, as Inspect shows it: decoded greedily, each token
+        fed back (a language model: its next-token prediction at every position), a row per token with columns
+        predicted, expected (None where nothing is scored), right and probability (of the predicted token)."""
+        from lab.views.probing import greedy_answer
+
+        answer = greedy_answer(self.model, self.config, self.probe(text).batch)
+        return pd.DataFrame([{"predicted": t.predicted, "expected": t.expected, "right": t.right,
+                              "probability": t.probability} for t in answer.tokens],
+                            columns=["predicted", "expected", "right", "probability"])
+
+    def generate(self, prompt: str, max_new_tokens: int = 20, temperature: float = 0.0, seed: int = 0) -> str:
+        """What a decoder run writes after `prompt` (typed as in Inspect; a sequence task's separator is added):
+        `max_new_tokens` tokens, greedy at `temperature` 0, else sampled (reproducibly, from `seed`)."""
+        from lab.views.analysis import generation_prompt, tokens_text
+        from lab.views.probing import generate
+
+        tokens = generate(self.model, self.config, generation_prompt(self.config, prompt), max_new_tokens,
+                          temperature, seed)
+        return tokens_text(self.config, tokens)
+
     def run_with_cache(self, text: Optional[str] = None) -> tuple[torch.Tensor, ActivationCache]:
         """(logits, cache) of one forward pass on `probe(text)`, as TransformerLens's run_with_cache: logits
         (1, T, vocab); the cache holds every layer's attention pattern and residual stream (`ActivationCache`)."""
@@ -245,6 +266,51 @@ def train(cfg: Optional[RunConfig] = None, /, *, runs_dir: Optional[PathLike] = 
     finally:
         bar.close()
     return Run(run_id, store.root)
+
+
+def train_many(cfgs: Sequence[RunConfig], /, *, runs_dir: Optional[PathLike] = None, progress: bool = True,
+               threads: Optional[int] = None, batch_seeds: Optional[bool] = None) -> list[Run]:
+    """Train several runs in this process (a `make_grid`, seed repeats) and return them in the same order,
+    under one progress bar.
+
+    With `batch_seeds`, runs that differ only in their seed, learning rate or name (decoder-only, without
+    dropout) train together as one batched model, as the app trains seed repeats (lab/batched.py), each stored
+    as if it had trained alone (equal to float32 round-off). By default (None) as the app decides: on with a
+    CUDA GPU, where k seeds take about the time of one, off on a CPU, where batching is slower; LAB_BATCH_SEEDS
+    (on, off) overrides it."""
+    from tqdm.auto import tqdm
+
+    from lab.batched import batch_key
+    from lab.engine.environment import batch_seeds_default
+    from lab.engine.recorder import record_runs
+
+    cfgs = list(cfgs)
+    for cfg in cfgs:
+        if not isinstance(cfg, RunConfig):
+            raise ConfigError("config", f"expected RunConfigs, got a {type(cfg).__name__}")
+    batch_seeds = batch_seeds_default() if batch_seeds is None else batch_seeds
+    groups: dict[Any, list[int]] = {}
+    for i, cfg in enumerate(cfgs):
+        key = batch_key(cfg) if batch_seeds else None
+        groups.setdefault(("alone", i) if key is None else key, []).append(i)
+    store = RunStore(runs_dir)
+    ids: dict[int, str] = {}
+    bar = tqdm(total=sum(cfgs[m[0]].train.steps for m in groups.values()), desc=f"{len(cfgs)} runs",
+               unit="step", disable=not progress, dynamic_ncols=True)
+    try:
+        for members in groups.values():
+            group = [store.create(cfgs[i], owner="python") for i in members]
+            ids.update(zip(members, group))
+            done = bar.n
+
+            def moved(rec: Record, done: int = done) -> None:
+                if isinstance(rec, StepRecord):
+                    bar.update(done + rec.step - bar.n)
+            record_runs(store, group, threads=threads, on_record={group[0]: moved})
+            bar.update(done + cfgs[members[0]].train.steps - bar.n)
+    finally:
+        bar.close()
+    return [Run(ids[i], store.root) for i in range(len(cfgs))]
 
 
 def load_run(run_id: str, runs_dir: Optional[PathLike] = None) -> Run:
