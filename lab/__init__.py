@@ -19,7 +19,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 __all__ = [
-    "RunConfig", "make_config", "make_grid", "count_params", "config_keywords",
+    "RunConfig", "ConfigError", "make_config", "make_grid", "count_params", "config_keywords",
     "Run", "train", "train_many", "load_run", "list_runs", "demo",
     "ActivationCache",
     "plot_curves", "plot_bands", "bands_frame", "plot_attention", "plot_pca", "plot_importance", "plot_logit_lens",

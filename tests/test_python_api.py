@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import doctest
 import re
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ def test_every_example_of_the_api_page_runs_in_order(tmp_path, monkeypatch):
     runs them in a notebook), in an empty folder with its own run store."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the page's tempfile.mkdtemp() lands here
     blocks = page_examples()
     assert len(blocks) >= 8
     namespace: dict = {"__name__": "__docs__"}
@@ -73,7 +75,7 @@ def test_make_config_builds_what_the_command_line_builds(keywords):
     ({"d_model": 30, "n_heads": 4}, "model.d_model"), ({"lr": "fast"}, "train.lr"),
 ])
 def test_make_config_refuses_a_bad_keyword_or_value_naming_it(keywords, field):
-    with pytest.raises(lab.api.configs.ConfigError) as err:
+    with pytest.raises(lab.ConfigError) as err:
         lab.make_config(**keywords)
     assert err.value.field == field
 

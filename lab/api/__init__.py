@@ -1,6 +1,7 @@
 """The public Python API (docs/python-api.md), re-exported by the package: `import lab; lab.train(...)`.
 
-- configs (lab/api/configs.py): `make_config`, `make_grid`, `count_params`, `config_keywords`, `RunConfig`
+- configs (lab/api/configs.py): `make_config`, `make_grid`, `count_params`, `config_keywords`, `RunConfig`,
+  `ConfigError` (a ValueError naming the field)
 - runs (lab/api/runs.py): `train`, `train_many`, `load_run`, `list_runs`, the `Run` handle, `demo` (the app)
 - TransformerLens's habits (lab/api/cache.py): `Run.run_with_cache`, `ActivationCache`, `Run.hooks`
 - figures (lab/api/figures.py): `plot_curves`, `plot_bands` (its numbers: `bands_frame`), `plot_attention`,
@@ -14,10 +15,10 @@ from lab.api.configs import config_keywords, count_params, make_config, make_gri
 from lab.api.figures import (bands_frame, plot_attention, plot_bands, plot_curves, plot_importance,
                              plot_logit_lens, plot_params, plot_pca)
 from lab.api.runs import Run, demo, list_runs, load_run, train, train_many
-from lab.config import RunConfig
+from lab.config import ConfigError, RunConfig
 
 __all__ = [
-    "RunConfig", "make_config", "make_grid", "count_params", "config_keywords",
+    "RunConfig", "ConfigError", "make_config", "make_grid", "count_params", "config_keywords",
     "Run", "train", "train_many", "load_run", "list_runs", "demo",
     "ActivationCache",
     "plot_curves", "plot_bands", "bands_frame", "plot_attention", "plot_pca", "plot_importance", "plot_logit_lens",
