@@ -17,6 +17,7 @@ import torch
 from matplotlib.figure import Figure
 
 import lab
+import lab.api.cache
 import lab.api.configs
 from lab.cli.main import build_parser, config_from_args
 
@@ -156,6 +157,34 @@ def test_the_cache_has_transformerlens_names_and_shorthand(run):
     np.testing.assert_allclose(cache["pattern", 0][0].numpy(), run.attention("1 2 3")[0], atol=1e-6)
     with pytest.raises(KeyError):
         cache["no_such_hook", 0]
+
+
+def test_fwd_hooks_read_and_replace_activations_as_transformerlens_does(run):
+    logits, clean = run.run_with_cache("1 2 3")
+    assert set(clean) >= {f"blocks.{i}.{h}" for i in (0, 1) for h in ("hook_resid_pre", "attn.hook_z", "hook_attn_out",
+                                                                      "hook_mlp_out", "hook_resid_post")}
+    assert clean["z", 0].shape == (1, len(run.to_str_tokens("1 2 3")), 2, 8)  # (B, T, heads, d_head)
+    for i in (0, 1):  # pre-LN: the stream leaving a block is what entered it plus its two sublayers' outputs
+        torch.testing.assert_close(clean["resid_post", i],
+                                   clean["resid_pre", i] + clean["attn_out", i] + clean["mlp_out", i])
+    # patching the whole stream entering layer 0 from the clean run gives the clean logits on another input
+    seen = []
+
+    def patch(resid, hook):
+        seen.append(hook)
+        return clean[hook.name]
+    patched = run.run_with_hooks("1 5 3", fwd_hooks=[("blocks.0.hook_resid_pre", patch)])
+    torch.testing.assert_close(patched, logits)
+    assert seen == [lab.api.cache.HookPoint("blocks.0.hook_resid_pre", 0)]
+    # zeroing head 1.0's z is the zero knockout of Run.hooks
+    zeroed = run.run_with_hooks("1 2 3", [("blocks.1.attn.hook_z", lambda z, hook: z.index_fill(2, torch.tensor([0]), 0))])
+    with run.hooks(heads="1.0"):
+        torch.testing.assert_close(zeroed, run.run_with_cache("1 2 3")[0])
+    with run.hooks(fwd_hooks=[("ln_final.hook_normalized", lambda x, hook: x * 0)]):  # hook functions in hooks()
+        assert float(run.run_with_cache("1 2 3")[0].abs().max()) == 0.0  # no bias in the unembedding
+    torch.testing.assert_close(run.run_with_hooks("1 2 3"), logits)  # and off again
+    with pytest.raises(KeyError, match="not replaced"):
+        run.run_with_hooks("1 2 3", [("blocks.0.attn.hook_pattern", patch)])
 
 
 def test_hooks_change_what_is_read_and_come_off_however_the_block_ends(run):

@@ -2,8 +2,10 @@
 
 - configs (lab/api/configs.py): `make_config`, `make_grid`, `count_params`, `config_keywords`, `RunConfig`,
   `ConfigError` (a ValueError naming the field)
-- runs (lab/api/runs.py): `train`, `train_many`, `load_run`, `list_runs`, the `Run` handle, `demo` (the app)
-- TransformerLens's habits (lab/api/cache.py): `Run.run_with_cache`, `ActivationCache`, `Run.hooks`
+- runs (lab/api/runs.py): `train`, `train_many`, `load_run`, `list_runs`, the `Run` handle
+- the app (lab/api/launch.py): `demo`
+- TransformerLens's habits (lab/api/cache.py): `Run.run_with_cache`, `Run.run_with_hooks`, `ActivationCache`,
+  `Run.hooks`
 - figures (lab/api/figures.py): `plot_curves`, `plot_bands` (its numbers: `bands_frame`), `plot_attention`,
   `plot_pca`, `plot_importance`, `plot_logit_lens`, `plot_params`
 
@@ -14,7 +16,8 @@ from lab.api.cache import ActivationCache
 from lab.api.configs import config_keywords, count_params, make_config, make_grid
 from lab.api.figures import (bands_frame, plot_attention, plot_bands, plot_curves, plot_importance,
                              plot_logit_lens, plot_params, plot_pca)
-from lab.api.runs import Run, demo, list_runs, load_run, train, train_many
+from lab.api.launch import demo
+from lab.api.runs import Run, list_runs, load_run, train, train_many
 from lab.config import ConfigError, RunConfig
 
 __all__ = [

@@ -1,19 +1,28 @@
 """TransformerLens's habits on this lab's one model class: `run_with_cache` returns the logits and an
-`ActivationCache` of every layer's attention pattern and residual stream, and `interventions` turns the
-keywords of `Run.hooks` into the lab's intervention spec (lab/interventions.py), which puts hooks on the model
-for a `with` block and takes them off after it.
+`ActivationCache` of the decoder's activations, `hooked` runs the model with hook functions that read or
+replace them (`fwd_hooks`, for activation patching), and `interventions` turns the keywords of `Run.hooks`
+into the lab's intervention spec (lab/interventions.py). Every hook is put on for a `with` block (or one
+forward pass) and taken off after it, however it ends.
 
-Cache keys follow TransformerLens's names: "blocks.{L}.attn.hook_pattern" (1, n_heads, query, key),
-"blocks.{L}.hook_resid_pre" and "blocks.{L}.hook_resid_post" (1, T, d_model), "ln_final.hook_normalized"
-(the stream the unembedding reads); an encoder-decoder adds "encoder.{L}.attn.hook_pattern" and
-"blocks.{L}.cross_attn.hook_pattern". `cache["pattern", L]` is short for the first, as in TransformerLens.
+Hook points, TransformerLens's names and shapes (batch first; L counts layers from 0):
+  blocks.{L}.hook_resid_pre    (B, T, d_model)   the residual stream entering block L (embedding + positions at 0)
+  blocks.{L}.attn.hook_z       (B, T, n_heads, d_head)  each head's output, before the output projection
+  blocks.{L}.hook_attn_out     (B, T, d_model)   the attention sublayer's output
+  blocks.{L}.hook_mlp_out      (B, T, d_model)   the feed-forward sublayer's output (models with d_ff > 0)
+  blocks.{L}.hook_resid_post   (B, T, d_model)   the stream leaving block L
+  ln_final.hook_normalized     (B, T, d_model)   what the unembedding reads (the final norm's output)
+The cache also holds blocks.{L}.attn.hook_pattern (B, n_heads, query, key), read-only, and for an
+encoder-decoder encoder.{L}.attn.hook_pattern and blocks.{L}.cross_attn.hook_pattern.
+`cache["pattern", L]`, `cache["z", L]`, `cache["resid_post", L]`... are short for them, as in TransformerLens.
 """
 from __future__ import annotations
 
+import contextlib
 import re
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 import torch
+from torch import nn
 
 from lab.config import ConfigError
 from lab.interventions import (MODES, POSITIONAL, HeadRef, Interventions, LayerRef, parse_heads,
@@ -22,8 +31,17 @@ from lab.model import Transformer
 from lab.tasks import Batch
 
 SHORT = {"pattern": "blocks.{}.attn.hook_pattern", "resid_pre": "blocks.{}.hook_resid_pre",
+         "z": "blocks.{}.attn.hook_z", "attn_out": "blocks.{}.hook_attn_out", "mlp_out": "blocks.{}.hook_mlp_out",
          "resid_post": "blocks.{}.hook_resid_post", "cross_pattern": "blocks.{}.cross_attn.hook_pattern",
          "enc_pattern": "encoder.{}.attn.hook_pattern"}
+HookFn = Callable[[torch.Tensor, "HookPoint"], Optional[torch.Tensor]]
+
+
+class HookPoint(NamedTuple):
+    """What a hook function gets beside the activation (TransformerLens's `hook`): its name and layer."""
+
+    name: str
+    layer: Optional[int]
 
 
 class ActivationCache(dict):
@@ -43,25 +61,74 @@ class ActivationCache(dict):
         return super().__getitem__(key)
 
 
-@torch.no_grad()
-def run_with_cache(model: Transformer, batch: Batch) -> tuple[torch.Tensor, ActivationCache]:
-    """(logits (B, T, vocab), ActivationCache) of `model` on `batch`, hooks (interventions) included."""
-    if not isinstance(model, Transformer):
-        raise ValueError("run_with_cache: a recurrent run (lstm, gru) has no attention or residual stream")
-    cache: dict[str, torch.Tensor] = {}
-    handles = []
+def _sites(model: Transformer) -> dict[str, tuple[nn.Module, str, Optional[int]]]:
+    """Hook point -> (module, how its activation is reached, layer)."""
+    out: dict[str, tuple[nn.Module, str, Optional[int]]] = {}
     for i, block in enumerate(model.decoder):
-        handles.append(block.register_forward_pre_hook(
-            lambda mod, args, i=i: cache.__setitem__(f"blocks.{i}.hook_resid_pre", args[0].detach().clone())))
-        handles.append(block.register_forward_hook(
-            lambda mod, args, out, i=i: cache.__setitem__(f"blocks.{i}.hook_resid_post", out[0].detach().clone())))
-    handles.append(model.dec_norm.register_forward_hook(
-        lambda mod, args, out: cache.__setitem__("ln_final.hook_normalized", out.detach().clone())))
+        out[f"blocks.{i}.hook_resid_pre"] = (block, "input", i)
+        out[f"blocks.{i}.attn.hook_z"] = (block.self_attn.out_proj, "z", i)
+        out[f"blocks.{i}.hook_attn_out"] = (block.self_attn, "first output", i)
+        if block.ff is not None:
+            out[f"blocks.{i}.hook_mlp_out"] = (block.ff, "output", i)
+        out[f"blocks.{i}.hook_resid_post"] = (block, "first output", i)
+    out["ln_final.hook_normalized"] = (model.dec_norm, "output", None)
+    return out
+
+
+def _handle(module: nn.Module, how: str, fn: HookFn, point: HookPoint, heads: int) -> Any:
+    """Put `fn` on `module` so that it sees the activation and may return its replacement (None keeps it)."""
+    if how == "input":
+        return module.register_forward_pre_hook(
+            lambda mod, args: None if (new := fn(args[0], point)) is None else (new, *args[1:]))
+    if how == "z":  # the heads' outputs concatenated: shown per head, (B, T, H, d_head)
+        def z_hook(mod: nn.Module, args: tuple) -> Optional[tuple]:
+            flat = args[0]
+            new = fn(flat.unflatten(-1, (heads, -1)), point)
+            return None if new is None else (new.flatten(-2), *args[1:])
+        return module.register_forward_pre_hook(z_hook)
+    if how == "first output":
+        return module.register_forward_hook(
+            lambda mod, args, out: None if (new := fn(out[0], point)) is None else (new, *out[1:]))
+    return module.register_forward_hook(lambda mod, args, out: fn(out, point))
+
+
+@contextlib.contextmanager
+def hooked(model: Transformer, fwd_hooks: Sequence[tuple[str, HookFn]]) -> Iterator[Transformer]:
+    """`model` with each (hook point name, function) of `fwd_hooks` on, for the block's duration. A function
+    gets (activation, HookPoint) and returns the activation's replacement, or None to leave it as it is."""
+    if not isinstance(model, Transformer):
+        raise ValueError("hooks: a recurrent run (lstm, gru) has no hook points")
+    sites = _sites(model)
+    handles = []
     try:
-        out = model(batch.inp, batch.src, need_weights=True)
+        for name, fn in fwd_hooks:
+            if name not in sites:
+                why = " (patterns are read from the cache, not replaced)" if name.endswith("hook_pattern") else ""
+                raise KeyError(f"{name!r} is not a hook point of this model{why}; allowed: "
+                               f"{', '.join(n for n in sites if n.startswith(('blocks.0.', 'ln_')))} and the same "
+                               f"for layers 1-{model.cfg.n_layers - 1}")
+            module, how, layer = sites[name]
+            handles.append(_handle(module, how, fn, HookPoint(name, layer), model.cfg.n_heads))
+        yield model
     finally:
         for h in handles:
             h.remove()
+
+
+@torch.no_grad()
+def run_with_cache(model: Transformer, batch: Batch,
+                   fwd_hooks: Sequence[tuple[str, HookFn]] = ()) -> tuple[torch.Tensor, ActivationCache]:
+    """(logits (B, T, vocab), ActivationCache) of `model` on `batch`, with interventions and `fwd_hooks`
+    applied; the cache holds each activation as the model used it (after the hooks' replacements)."""
+    if not isinstance(model, Transformer):
+        raise ValueError("run_with_cache: a recurrent run (lstm, gru) has no attention or residual stream")
+    cache: dict[str, torch.Tensor] = {}
+
+    def keep(x: torch.Tensor, point: HookPoint) -> None:
+        cache[point.name] = x.detach().clone()
+    keepers = [(name, keep) for name in _sites(model)]
+    with hooked(model, list(fwd_hooks)), hooked(model, keepers):  # the keepers run last: they see replacements
+        out = model(batch.inp, batch.src, need_weights=True)
     names = {"dec_self": "blocks.{}.attn.hook_pattern", "cross": "blocks.{}.cross_attn.hook_pattern",
              "enc_self": "encoder.{}.attn.hook_pattern"}
     for kind, stacked in out.attention.items():  # (layers, B, heads, Tq, Tk)
@@ -71,10 +138,18 @@ def run_with_cache(model: Transformer, batch: Batch) -> tuple[torch.Tensor, Acti
                                        model.cfg.n_layers)
 
 
+@torch.no_grad()
+def run_with_hooks(model: Transformer, batch: Batch, fwd_hooks: Sequence[tuple[str, HookFn]]) -> torch.Tensor:
+    """The logits (B, T, vocab) of one forward pass with `fwd_hooks` on (TransformerLens's run_with_hooks)."""
+    with hooked(model, fwd_hooks):
+        return model(batch.inp, batch.src).logits
+
+
 def _order(name: str) -> tuple[int, int, int]:
     """Encoder first, then layer by layer in the order a forward pass reaches them, the final norm last."""
     m = re.search(r"\.(\d+)\.", name)
-    within = ("hook_resid_pre", ".attn.hook_pattern", "cross_attn.hook_pattern", "hook_resid_post")
+    within = ("hook_resid_pre", ".attn.hook_pattern", ".attn.hook_z", "hook_attn_out", "cross_attn.hook_pattern",
+              "hook_mlp_out", "hook_resid_post")
     return (0 if name.startswith("encoder") else 1 if m else 2, int(m.group(1)) if m else 0,
             next((i for i, w in enumerate(within) if name.endswith(w)), 0))
 

@@ -22,10 +22,9 @@ from lab.engine.store import RunStore
 from lab.records import EvalRecord, Record, StepRecord
 
 if TYPE_CHECKING:
-    import gradio
     import torch
 
-    from lab.api.cache import ActivationCache
+    from lab.api.cache import ActivationCache, HookFn
     from lab.interventions import Interventions
     from lab.model import Transformer
     from lab.views.analysis import ProbeInput
@@ -164,22 +163,34 @@ class Run:
                           temperature, seed)
         return tokens_text(self.config, tokens)
 
-    def run_with_cache(self, text: Optional[str] = None) -> tuple[torch.Tensor, ActivationCache]:
+    def run_with_cache(self, text: Optional[str] = None,
+                       fwd_hooks: Sequence[tuple[str, HookFn]] = ()) -> tuple[torch.Tensor, ActivationCache]:
         """(logits, cache) of one forward pass on `probe(text)`, as TransformerLens's run_with_cache: logits
-        (1, T, vocab); the cache holds every layer's attention pattern and residual stream (`ActivationCache`)."""
+        (1, T, vocab); the cache holds every hook point's activation and every attention pattern
+        (`ActivationCache`), after any `hooks` and `fwd_hooks` changed them."""
         from lab.api.cache import run_with_cache
 
-        return run_with_cache(self.model, self.probe(text).batch)
+        return run_with_cache(self.model, self.probe(text).batch, fwd_hooks)
+
+    def run_with_hooks(self, text: Optional[str] = None, fwd_hooks: Sequence[tuple[str, HookFn]] = ()) -> torch.Tensor:
+        """The logits (1, T, vocab) on `probe(text)` with hook functions on, as TransformerLens's: each
+        (hook point, function) of `fwd_hooks` gets (activation, hook) and returns its replacement or None;
+        hook points: lab/api/cache.py (`blocks.1.hook_resid_pre`, `blocks.0.attn.hook_z`, ...)."""
+        from lab.api.cache import run_with_hooks
+
+        return run_with_hooks(self.model, self.probe(text).batch, fwd_hooks)
 
     @contextlib.contextmanager
     def hooks(self, heads: Any = (), mode: str = "zero", skip_attn: Any = (), skip_ff: Any = (),
-              skip_block: Any = (), positional: str = "intact") -> Iterator[Transformer]:
+              skip_block: Any = (), positional: str = "intact",
+              fwd_hooks: Sequence[tuple[str, HookFn]] = ()) -> Iterator[Transformer]:
         """Interventions on `model` for the block's duration, as Inspect's: knock out `heads` ("1.0 1.2", or
         (layer, head) pairs; `mode` "zero" or "mean": the head's output replaced by zeros or by its mean over
         the held-out set), skip layers' attention, feed-forward or whole blocks (layer numbers), remove or
-        shuffle the positional encoding (`positional` "none" or "shuffle"). Everything read inside (evaluate,
-        attention, run_with_cache, the figures) sees the changed model; the weights never change."""
-        from lab.api.cache import interventions
+        shuffle the positional encoding (`positional` "none" or "shuffle"), and TransformerLens's `fwd_hooks`
+        (see `run_with_hooks`). Everything read inside (evaluate, attention, run_with_cache, the figures) sees
+        the changed model; the weights never change."""
+        from lab.api.cache import hooked, interventions
         from lab.interventions import applied
         from lab.views.probing import held_out, means_for
 
@@ -188,7 +199,7 @@ class Run:
         means = means_for(self.model, self.config, spec, held_out(self.config)) if spec.mode == "mean" else None
         if self.active_hooks is not None:
             raise ValueError("hooks: already inside a hooks block of this run; combine the interventions in one")
-        with applied(self.model, spec, means) as model:
+        with applied(self.model, spec, means) as model, hooked(model, fwd_hooks):
             self.active_hooks = spec
             try:
                 yield model
@@ -328,21 +339,3 @@ def load_runs(runs: Sequence[Run | str] | Run | str, runs_dir: Optional[PathLike
     """Runs, run ids or one of either, as a list of Runs (what the figures accept)."""
     items = [runs] if isinstance(runs, (Run, str)) else list(runs)
     return [r if isinstance(r, Run) else Run(r, runs_dir) for r in items]
-
-
-def demo(runs_dir: Optional[PathLike] = None) -> gradio.Blocks:
-    """The whole app on the run store `runs_dir`, built but not started: `demo(...).launch()` shows it in a
-    notebook cell (inline) or serves it at http://127.0.0.1:7860, with `python app.py`'s settings (its style
-    sheet; the run store and the source never served, uploads capped), each of which a keyword of `launch`
-    overrides. Runs started in it train in worker processes; runs trained with `train` on the same folder
-    appear in its Compare and Inspect tabs."""
-    import functools
-
-    from app import CSS, blocked_paths, build_demo  # gradio loads here, never on `import lab`
-    from lab.engine.limits import Limits
-
-    store, limits = RunStore(runs_dir), Limits.from_env()
-    blocks = build_demo(store, limits=limits)
-    blocks.launch = functools.partial(blocks.launch, css=CSS, allowed_paths=[], blocked_paths=blocked_paths(store),
-                                      max_file_size=max(limits.max_upload_bytes, 1024 * 1024))
-    return blocks

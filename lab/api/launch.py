@@ -1,0 +1,29 @@
+"""The app in a notebook: `demo()` builds the whole Gradio app on a run store, for `demo().launch()` to show
+inline (the public API, docs/python-api.md). Only this module loads gradio, and only when it is called: the
+app comes from app.py (`build_demo`), shipped in the wheel beside the ui package."""
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Optional
+
+from lab.api.runs import PathLike
+from lab.engine.store import RunStore
+
+if TYPE_CHECKING:
+    import gradio
+
+
+def demo(runs_dir: Optional[PathLike] = None) -> gradio.Blocks:
+    """The whole app on the run store `runs_dir`, built but not started: `demo(...).launch()` shows it in a
+    notebook cell (inline) or serves it at http://127.0.0.1:7860, with `python app.py`'s settings (its style
+    sheet; the run store and the source never served, uploads capped), each of which a keyword of `launch`
+    overrides. Runs started in it train in worker processes; runs trained with `train` on the same folder
+    appear in its Compare and Inspect tabs."""
+    from app import CSS, blocked_paths, build_demo  # gradio loads here, never on `import lab`
+    from lab.engine.limits import Limits
+
+    store, limits = RunStore(runs_dir), Limits.from_env()
+    blocks = build_demo(store, limits=limits)
+    blocks.launch = functools.partial(blocks.launch, css=CSS, allowed_paths=[], blocked_paths=blocked_paths(store),
+                                      max_file_size=max(limits.max_upload_bytes, 1024 * 1024))
+    return blocks
