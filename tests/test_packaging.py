@@ -144,7 +144,7 @@ def test_pip_install_into_a_fresh_venv_gives_the_command_and_the_package(tmp_pat
     assert json.loads(listed.stdout) == []
     helped = subprocess.run([str(bindir / "ablation-lab"), "--help"], cwd=outside, env=env, capture_output=True,
                             text=True, timeout=120)
-    assert helped.returncode == 0 and "train" in helped.stdout
+    assert helped.returncode == 0 and "train" in helped.stdout and helped.stdout.startswith("usage: ablation-lab")
     code = ("import json, sys, lab, app, ui; cfg = lab.make_config(task='copy', n_layers=3); "
             "print(json.dumps({'lab': lab.__file__, 'app': app.__file__, 'version': lab.__version__, "
             "'params': lab.count_params(cfg), 'gradio': 'gradio' in sys.modules}))")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import signal
 import sys
 import threading
@@ -56,7 +57,9 @@ def _typed(info: FieldInfo):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m lab", description="Transformer Ablation Lab: train and inspect toy runs.")
+    # the console command (pyproject.toml) names itself in the usage line; `python -m lab` otherwise
+    prog = "ablation-lab" if os.path.basename(sys.argv[0]) in ("ablation-lab", "ablation-lab.exe") else "python -m lab"
+    p = _Parser(prog=prog, description="Transformer Ablation Lab: train and inspect toy runs.")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     t = sub.add_parser("train", help="train one run and store it")
     add_config_flags(t)
@@ -181,8 +184,6 @@ def check_device(name: str) -> None:
 
 def open_store(runs_dir: Optional[str]):
     """The run store named by --runs-dir (or $LAB_RUNS_DIR); refuses a path that is not a folder."""
-    import os
-
     from lab.engine.store import RunStore
 
     if runs_dir is not None and (not runs_dir.strip() or "\0" in runs_dir):
