@@ -57,8 +57,9 @@ def test_metadata_names_the_console_command_and_the_version():
     assert data["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "lab.__version__"}
     import lab
     assert re.fullmatch(r"\d+\.\d+\.\d+", lab.__version__)
-    # everything the wheel must carry for lab.demo(): the app module and the ui package
-    assert data["tool"]["setuptools"]["py-modules"] == ["app"]
+    # everything the wheel must carry for lab.demo(): the ui package (ui/app.py builds the app); no top-level
+    # module (the checkout's app.py is only an entry point: an installed `app` would clash with a notebook's)
+    assert data["tool"]["setuptools"]["py-modules"] == []
     assert {"lab", "lab.*", "ui", "ui.*"} <= set(data["tool"]["setuptools"]["packages"]["find"]["include"])
     assert list((REPO / "lab" / "teach").glob("*.json")), "package-data names lab/teach/*.json"
 
@@ -145,15 +146,17 @@ def test_pip_install_into_a_fresh_venv_gives_the_command_and_the_package(tmp_pat
     helped = subprocess.run([str(bindir / "ablation-lab"), "--help"], cwd=outside, env=env, capture_output=True,
                             text=True, timeout=120)
     assert helped.returncode == 0 and "train" in helped.stdout and helped.stdout.startswith("usage: ablation-lab")
-    code = ("import json, sys, lab, app, ui; cfg = lab.make_config(task='copy', n_layers=3); "
-            "print(json.dumps({'lab': lab.__file__, 'app': app.__file__, 'version': lab.__version__, "
-            "'params': lab.count_params(cfg), 'gradio': 'gradio' in sys.modules}))")
+    (outside / "app.py").write_text("raise ImportError(\"a notebook folder's own app.py\")\n")  # lab.demo() must not read it
+    code = ("import json, sys, lab; cfg = lab.make_config(task='copy', n_layers=3); n = lab.count_params(cfg); "
+            "heavy = 'gradio' in sys.modules; demo = lab.demo(); import ui.app; "
+            "print(json.dumps({'lab': lab.__file__, 'app': ui.app.__file__, 'version': lab.__version__, "
+            "'params': n, 'gradio_before': heavy, 'demo': type(demo).__name__}))")
     probe = subprocess.run([str(py), "-c", code], cwd=outside, env=env, capture_output=True, text=True, timeout=180)
     assert probe.returncode == 0, probe.stderr
     info = json.loads(probe.stdout.strip().splitlines()[-1])
     assert Path(info["lab"]).resolve().is_relative_to(venv.resolve())  # the installed copy, not the checkout
     assert Path(info["app"]).resolve().is_relative_to(venv.resolve())  # the app ships for lab.demo()
-    assert info["params"] > 0 and info["gradio"] is True  # `import app` loads gradio; `import lab` alone did not
+    assert info["params"] > 0 and info["gradio_before"] is False and info["demo"] == "Blocks"  # gradio on demo() only
     shown = subprocess.run([str(py), "-m", "pip", "show", "transformer-ablation-lab"], cwd=outside, env=env,
                            capture_output=True, text=True, timeout=120)
     assert f"Version: {info['version']}" in shown.stdout

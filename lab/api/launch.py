@@ -1,6 +1,6 @@
 """The app in a notebook: `demo()` builds the whole Gradio app on a run store, for `demo().launch()` to show
 inline (the public API, docs/python-api.md). Only this module loads gradio, and only when it is called: the
-app comes from app.py (`build_demo`), shipped in the wheel beside the ui package."""
+app comes from ui/app.py (`build_demo`), shipped in the wheel with the ui package."""
 from __future__ import annotations
 
 import functools
@@ -19,7 +19,7 @@ def demo(runs_dir: Optional[PathLike] = None) -> gradio.Blocks:
     sheet; the run store and the source never served, uploads capped), each of which a keyword of `launch`
     overrides. Runs started in it train in worker processes; runs trained with `train` on the same folder
     appear in its Compare and Inspect tabs."""
-    from app import CSS, blocked_paths, build_demo  # gradio loads here, never on `import lab`
+    from ui.app import CSS, blocked_paths, build_demo  # gradio loads here, never on `import lab`
     from lab.engine.limits import Limits
 
     store, limits = RunStore(runs_dir), Limits.from_env()
