@@ -13,11 +13,12 @@ of the non-constant power held by the `top` strongest frequencies. No gradio; to
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Optional
 
 import numpy as np
 
 TOP = 8  # the few key frequencies the acceptance reads (Nanda et al. found about 5 in their models)
+JUMP = 0.9  # held-out exact-match that marks the jump (grokking) in a run's evaluations
 
 
 def fourier_basis(p: int) -> tuple[np.ndarray, np.ndarray]:
@@ -77,3 +78,22 @@ def spectra_over_training(store: Any, run_id: str, top: int = TOP) -> list[Spect
 
     cfg = store.config(run_id)
     return [spectrum(number_embedding(cfg, weights), at, top) for at, weights in weights_over_training(store, run_id)]
+
+
+def around_jump(spectra: list[Spectrum], evals: Iterable[tuple[int, float]], jump: float = JUMP) -> dict[str, Any]:
+    """The share in the top frequencies around the held-out jump (Nanda et al. 2023: spread while the model
+    memorises, concentrated once it generalises): `jump_step`, the first evaluation step with held-out
+    exact-match >= `jump` (None if none); `start`, `before` (the last snapshot before it), `after` (the first
+    at or after it) and `end`, each (step, fraction) or None; the end's strongest frequencies; and `top`."""
+    if not spectra:
+        return {}
+    jump_step: Optional[int] = next((int(s) for s, em in sorted(evals) if em >= jump), None)
+    before = [s for s in spectra if jump_step is not None and s.step < jump_step]
+    after = [s for s in spectra if jump_step is not None and s.step >= jump_step]
+
+    def at(s: Optional[Spectrum]) -> Optional[tuple[int, float]]:
+        return None if s is None else (s.step, s.fraction)
+
+    return {"top": len(spectra[-1].top), "jump_step": jump_step, "start": at(spectra[0]),
+            "before": at(before[-1] if before else None), "after": at(after[0] if after else None),
+            "end": at(spectra[-1]), "frequencies": spectra[-1].top}

@@ -30,6 +30,7 @@ class Preset:
     knockout: tuple[str, ...] = ()  # runs whose head importance the explanation quotes (measured on their weights)
     distance: tuple[str, ...] = ()  # runs whose accuracy by distance it quotes (lab/teach/distance.py, their weights)
     heads: tuple[str, ...] = ()  # runs whose head roles over training it quotes (lab/circuits, their snapshots)
+    fourier: tuple[str, ...] = ()  # runs whose embedding's Fourier share over training it quotes (lab/circuits)
 
     def explain(self, results: Results) -> str:
         """1-3 sentences built from the measured summaries; says which runs are missing, if any."""
@@ -45,15 +46,16 @@ class Preset:
 def measured(summary: dict[str, Any], evals: Optional[list[dict[str, Any]]] = None,
              train: Optional[list[tuple[int, float]]] = None, attention: Optional[dict[str, Any]] = None,
              knockout: Optional[dict[str, Any]] = None, distance: Optional[dict[int, float]] = None,
-             heads: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+             heads: Optional[dict[str, Any]] = None, fourier: Optional[dict[str, Any]] = None) -> dict[str, Any]:
     """A run's result as the explanations read it: its summary, plus (when known) its held-out curve
     (`evals`: one dict per evaluation, oldest first, with step, loss, exact_match...), its training-loss
     curve (`train`: (step, loss)), its last attention snapshot (kind -> (layers, heads, Tq, Tk)) and, for the
     runs a preset names in `knockout`, its head knockout (lab.views.probing.knockout_summary), and for those
     named in `distance`, its held-out accuracy by distance (lab.teach.distance.accuracy_by_distance), for those
-    in `heads`, when its induction head formed (lab.teach.preset_results.induction_forming)."""
+    in `heads`, when its induction head formed (lab.teach.preset_results.induction_forming), and for those in
+    `fourier`, its embedding's share in a few frequencies around the jump (preset_results.fourier_forming)."""
     return {**summary, "evals": evals or [], "train": train or [], "attention": attention or {},
-            "knockout": knockout or {}, "distance": distance or {}, "heads": heads or {}}
+            "knockout": knockout or {}, "distance": distance or {}, "heads": heads or {}, "fourier": fourier or {}}
 
 
 def _ev(r: Results, name: str, key: str = "loss") -> float:

@@ -50,8 +50,21 @@ def induction_forming(store: RunStore, run_id: str) -> dict[str, Any]:
             "fall": steepest_fall(losses)}
 
 
+def fourier_forming(store: RunStore, run_id: str) -> dict[str, Any]:
+    """How the token embedding's power gathered in a few frequencies around the held-out jump of a modular-
+    addition run (Nanda et al. 2023; lab/circuits/fourier.py `around_jump`): the share in the 8 strongest
+    frequencies at the first snapshot, the last one before the jump, the first one after it and at the end."""
+    from lab.circuits.fourier import around_jump, spectra_over_training
+
+    m = store.metrics(run_id)
+    evals = m[m["kind"] == "eval"] if len(m) else m
+    held_out = [(int(s), float(v)) for s, v in zip(evals.get("step", []), evals.get("exact_match", []))]
+    return around_jump(spectra_over_training(store, run_id), held_out)
+
+
 # what an explanation may quote of a run's whole training (its snapshots and curves): name -> f(store, run id)
-HISTORY_MEASURES: dict[str, Callable[[RunStore, str], dict]] = {"heads": induction_forming}
+HISTORY_MEASURES: dict[str, Callable[[RunStore, str], dict]] = {"heads": induction_forming,
+                                                                 "fourier": fourier_forming}
 
 
 def wanted(preset: Preset, name: str) -> tuple[str, ...]:

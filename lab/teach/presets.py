@@ -24,7 +24,7 @@ from lab.teach.why_presets import (RECUR, RECUR_RUNS, RESID, RESID_RUNS, SCALING
 from lab.views.probing import measured_on
 
 __all__ = ["METRICS", "SOLVED", "Preset", "Results", "measured", "PRESETS", "PES", "SEEDS", "LN_RUNS", "RESID_RUNS",
-           "SCALING_RUNS", "RECUR_RUNS", "INDUCTION", "SORT", "forming_sentence"]
+           "SCALING_RUNS", "RECUR_RUNS", "INDUCTION", "SORT", "forming_sentence", "fourier_sentence"]
 PES = ("alibi", "rope", "learned", "sinusoidal", "none")
 SEEDS = (1, 2)  # "Positions beyond training"
 
@@ -213,6 +213,18 @@ GROK = run_config(
 )
 
 
+def fourier_sentence(f: Optional[dict[str, Any]]) -> str:
+    """The embedding's share in its strongest frequencies before and after the jump ('' without the measure)."""
+    if not f or not f.get("end"):
+        return ""
+    pts = [(f[k], w) for k, w in (("before", " (before the jump)"), ("after", " (after it)")) if f.get(k)]
+    pts += [] if f["end"] in [p for p, _ in pts] else [(f["end"], "")]
+    said = ", ".join(f"{_pct(x)} at step {s}{w}" for (s, x), w in pts)
+    return (f" The embedding's power in its {f['top']} strongest frequencies (random: about 17%) was {said}: " +
+            ("most of it in a few key frequencies, the paper's Fourier picture." if f["end"][1] >= 0.8 else
+             "still spread, not yet the paper's few key frequencies."))
+
+
 def _explain_grok(r: Results) -> str:
     wd, no = _ev(r, "weight decay 1.0", "exact_match"), _ev(r, "weight decay 0", "exact_match")
     tl_wd, tl_no = r["weight decay 1.0"]["train_loss"], r["weight decay 0"]["train_loss"]
@@ -226,6 +238,7 @@ def _explain_grok(r: Results) -> str:
     fit = (f"{fitted} ({said}); on the unseen pairs, test accuracy ended at {_pct(wd)} with weight decay and "
            f"{_pct(no)} without. ")
     jump = first_step(r["weight decay 1.0"], "exact_match", lambda v: v >= 0.9)
+    spectrum = fourier_sentence(r["weight decay 1.0"].get("fourier"))
     seen = next((e for e in r["weight decay 1.0"].get("evals") or () if (e.get("train_exact_match") or 0) >= 0.95), {})
     memorised = seen.get("step")  # training accuracy first at 95% or more (test accuracy then: seen's exact_match)
     fitted_at = next((s for s, loss in r["weight decay 1.0"].get("train") or () if loss < 0.3), None)
@@ -237,10 +250,10 @@ def _explain_grok(r: Results) -> str:
     if wd > 0.9 and no < 0.6:
         return fit + ("Memorising comes first; weight decay keeps shrinking the weights until the compact, "
                       "general algorithm wins, so test accuracy jumps long after training loss fell (see the "
-                      "curves). Without it nothing pushes the model off its memorised table.")
+                      "curves). Without it nothing pushes the model off its memorised table.") + spectrum
     if wd > 0.9:
-        return fit + "This time the run without weight decay generalised too: the ablation did not separate."
-    return fit + "The jump did not happen within these steps this time; grokking can take much longer."
+        return fit + "This time the run without weight decay generalised too: the ablation did not separate." + spectrum
+    return fit + "The jump did not happen within these steps this time; grokking can take much longer." + spectrum
 
 
 PRESETS: dict[str, Preset] = {p.key: p for p in (
@@ -292,7 +305,7 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "Power et al. 2022; Nanda et al. 2023. Here 40% of pairs (not 30%) and no positional encoding "
         "(a + b is symmetric), so it groks within 2200 steps on a CPU; the ablation uses the same 40%",
         (_variant(GROK, "weight decay 1.0"), _variant(GROK, "weight decay 0", train=dict(weight_decay=0.0))),
-        "held-out exact-match", 134.0, _explain_grok),
+        "held-out exact-match", 134.0, _explain_grok, fourier=("weight decay 1.0",)),
     Preset(
         "why_attention", "Why attention, not recurrence",
         "A Transformer and an LSTM of about the same size reverse 16 symbols. Which solves it in 600 steps, and "
