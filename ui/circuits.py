@@ -234,8 +234,9 @@ def build_circuits_panel(ctx: AppContext, run: gr.Dropdown, step: gr.Slider) -> 
     for name, trigger in triggers.items():
         gr.on([trigger], None, None, action, js=f"() => '{name} ' + Math.random()", api_name=f"circuits_{name}",
               show_progress="hidden")
-    for box in (c["clean"], c["corrupt"]):  # Enter in a box patches, as the button does
-        box.submit(None, None, action, js="() => 'patch ' + Math.random()", show_progress="hidden")
+    for key in ("clean", "corrupt"):  # Enter in a box patches, as the button does
+        c[key].submit(None, None, action, js="() => 'patch ' + Math.random()", api_name=f"circuits_enter_{key}",
+                      show_progress="hidden")
     def on_cell(evt: gr.SelectData) -> Any:
         return grid_action("cell", evt)
 
