@@ -79,7 +79,7 @@ class BatchedStepper:
                        for n in names}  # name -> (k, *shape)
         self.buffers = dict(self.shell.named_buffers())
         self.moments = {n: (torch.zeros_like(p), torch.zeros_like(p)) for n, p in self.params.items()}  # AdamW m, v
-        self.wd = {n: (tc0.weight_decay if decays(n, p.dim() - 1) else 0.0)  # (k, *shape): the rule sees *shape
+        self.wd = {n: (tc0.weight_decay if decays(n, p.dim() - 1, tc0.decay_embeddings == "yes") else 0.0)  # (k, *shape)
                    for n, p in self.params.items()}
         self.sources = [batch_source(c, device) for c in cfgs]  # each run's own batches, as it would get alone
         self.clip = tc0.grad_clip if tc0.grad_clip > 0 else float("inf")

@@ -32,6 +32,7 @@ OnOff = Literal["on", "off"]
 NormType = Literal["layernorm", "rmsnorm"]
 TaskName = Literal[TASK_NAMES]  # the registered tasks (lab/taskshapes.py SHAPES), in the registry's order
 Schedule = Literal["cosine", "linear", "constant"]
+YesNo = Literal["no", "yes"]
 Device = Literal["auto", "cpu", "cuda", "mps"]
 
 ARCHS: tuple[str, ...] = get_args(Arch)
@@ -215,6 +216,9 @@ class TrainConfig:
                                lo=0.0, hi=1.0, widget=_number(0, 1), advanced=True)
     weight_decay: float = knob(0.1, label="Weight decay", help="AdamW decay on weight matrices (not biases, norms, "
                                "embeddings); grokking needs it.", lo=0.0, hi=10.0, widget=_number(0), advanced=True)
+    decay_embeddings: YesNo = knob("no", label="Decay embeddings", help="Weight decay also shrinks the token and "
+                                   "learned position embeddings (Nanda et al. 2023, grokking; minGPT spares them).",
+                                   widget=RADIO, advanced=True)
     beta1: float = knob(0.9, label="Adam beta1", help="Momentum of the gradient average.", lo=0.0, hi=0.9999,
                         widget=_number(0, 1), advanced=True)
     beta2: float = knob(0.98, label="Adam beta2", help="Memory of the squared-gradient average.", lo=0.0,

@@ -22,24 +22,26 @@ EPS = 1e-8  # AdamW's epsilon (torch's default), shared with the batched step
 NO_DECAY_PREFIXES = ("tok_emb", "pos.")  # token embeddings and learned positions
 
 
-def decays(name: str, ndim: int) -> bool:
+def decays(name: str, ndim: int, embeddings: bool = False) -> bool:
     """Whether parameter `name` with `ndim` dimensions (without any stacking axis) gets weight decay:
-    matrices do; biases, norm gains and embeddings (token, learned positions) do not."""
-    return ndim >= 2 and not name.startswith(NO_DECAY_PREFIXES)
+    matrices do; biases and norm gains do not; embeddings (token, learned positions) only with `embeddings`
+    (TrainConfig.decay_embeddings: Nanda et al. 2023 decay every weight of their grokking models, minGPT and
+    GPT-2's recipe spares embeddings)."""
+    return ndim >= 2 and (embeddings or not name.startswith(NO_DECAY_PREFIXES))
 
 
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+def param_groups(model: torch.nn.Module, weight_decay: float, embeddings: bool = False) -> list[dict]:
     """AdamW's two parameter groups for `model`: the decayed parameters, then the rest."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
-        (decay if decays(name, p.dim()) else no_decay).append(p)
+        (decay if decays(name, p.dim(), embeddings) else no_decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
 def make_optimizer(model: torch.nn.Module, tc: TrainConfig) -> torch.optim.AdamW:
     """torch's AdamW over `param_groups`: fused (one kernel for all tensors) where the device has the
     fused kernel, else foreach (one kernel per op over the tensor list)."""
-    groups = param_groups(model, tc.weight_decay)
+    groups = param_groups(model, tc.weight_decay, tc.decay_embeddings == "yes")
     fused = all(p.device.type in ("cpu", "cuda") for p in model.parameters())
     return torch.optim.AdamW(groups, lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=EPS, foreach=not fused, fused=fused)
 

@@ -236,8 +236,8 @@ def _every_field_changed() -> RunConfig:
         ),
         train=TrainConfig(
             steps=77, batch_size=16, lr=1e-3, warmup=7, schedule="linear", min_lr_ratio=0.05,
-            weight_decay=0.01, beta1=0.8, beta2=0.95, grad_clip=0.5, label_smoothing=0.05, eval_every=11, eval_samples=64,
-            snapshots=3, seed=123, device="cpu", threads=1,
+            weight_decay=0.01, decay_embeddings="yes", beta1=0.8, beta2=0.95, grad_clip=0.5, label_smoothing=0.05,
+            eval_every=11, eval_samples=64, snapshots=3, seed=123, device="cpu", threads=1,
         ),
         name="every field changed",
     )

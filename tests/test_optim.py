@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,9 @@ def test_decays_matrices_but_not_biases_norms_or_embeddings():
     assert not decays("blocks.0.attn.in_proj.bias", 1)
     assert not decays("blocks.0.norm1.weight", 1)
     assert not decays("tok_emb.weight", 2) and not decays("pos.weight", 2)
+    # Decay embeddings (Nanda et al. 2023): the embeddings too, still no bias or norm gain
+    assert decays("tok_emb.weight", 2, embeddings=True) and decays("pos.weight", 2, embeddings=True)
+    assert not decays("blocks.0.norm1.weight", 1, embeddings=True)
 
 
 def test_make_optimizer_is_torchs_fused_adamw_on_the_cpu():
@@ -40,12 +44,15 @@ def test_make_optimizer_is_torchs_fused_adamw_on_the_cpu():
             assert (group["weight_decay"] == CFG.train.weight_decay) == decays(names[id(p)], p.dim())
 
 
-def test_the_batched_step_decays_what_the_solo_optimiser_decays():
-    model = build_model(CFG)
-    solo = {n: g["weight_decay"] for g in make_optimizer(model, CFG.train).param_groups
+@pytest.mark.parametrize("embeddings", ["no", "yes"])
+def test_the_batched_step_decays_what_the_solo_optimiser_decays(embeddings):
+    cfg = replace(CFG, train=replace(CFG.train, decay_embeddings=embeddings))
+    model = build_model(cfg)
+    solo = {n: g["weight_decay"] for g in make_optimizer(model, cfg.train).param_groups
             for n, p in model.named_parameters() if any(p is q for q in g["params"])}
-    batched = BatchedStepper([CFG, CFG], torch.device("cpu"))
+    batched = BatchedStepper([cfg, cfg], torch.device("cpu"))
     assert batched.wd == solo
+    assert (solo["tok_emb.weight"] == cfg.train.weight_decay) == (embeddings == "yes")
 
 
 def test_clip_scales_to_the_limit_and_returns_the_norm_before():

@@ -19,6 +19,7 @@ import numpy as np
 
 TOP = 8  # the few key frequencies the acceptance reads (Nanda et al. found about 5 in their models)
 JUMP = 0.9  # held-out exact-match that marks the jump (grokking) in a run's evaluations
+RISE = 0.5  # held-out exact-match the rise has reached: snapshots before it are of a model still memorising
 
 
 def fourier_basis(p: int) -> tuple[np.ndarray, np.ndarray]:
@@ -80,15 +81,22 @@ def spectra_over_training(store: Any, run_id: str, top: int = TOP) -> list[Spect
     return [spectrum(number_embedding(cfg, weights), at, top) for at, weights in weights_over_training(store, run_id)]
 
 
-def around_jump(spectra: list[Spectrum], evals: Iterable[tuple[int, float]], jump: float = JUMP) -> dict[str, Any]:
+def around_jump(spectra: list[Spectrum], evals: Iterable[tuple[int, float]], memorised: Optional[int] = None,
+                jump: float = JUMP, rise: float = RISE) -> dict[str, Any]:
     """The share in the top frequencies around the held-out jump (Nanda et al. 2023: spread while the model
     memorises, concentrated once it generalises): `jump_step`, the first evaluation step with held-out
-    exact-match >= `jump` (None if none); `start`, `before` (the last snapshot before it), `after` (the first
-    at or after it) and `end`, each (step, fraction) or None; the end's strongest frequencies; and `top`."""
+    exact-match >= `jump` (None if none); `start`; `before`, the last snapshot of the memorising model: at or
+    before step `memorised` (where training accuracy first reached 95%, if given) and before held-out
+    exact-match first reaches `rise` (the jump takes a few hundred steps, in which the key frequencies are
+    already growing); `after`, the first snapshot at or after the jump; and `end`, each (step, fraction) or
+    None; the end's strongest frequencies; and `top`."""
     if not spectra:
         return {}
-    jump_step: Optional[int] = next((int(s) for s, em in sorted(evals) if em >= jump), None)
-    before = [s for s in spectra if jump_step is not None and s.step < jump_step]
+    ordered = sorted(evals)
+    jump_step: Optional[int] = next((int(s) for s, em in ordered if em >= jump), None)
+    rise_step = next((int(s) for s, em in ordered if em >= rise), None)
+    limit = None if rise_step is None else min(rise_step, memorised + 1 if memorised is not None else rise_step)
+    before = [s for s in spectra if jump_step is not None and limit is not None and s.step < limit]
     after = [s for s in spectra if jump_step is not None and s.step >= jump_step]
 
     def at(s: Optional[Spectrum]) -> Optional[tuple[int, float]]:

@@ -53,13 +53,16 @@ def induction_forming(store: RunStore, run_id: str) -> dict[str, Any]:
 def fourier_forming(store: RunStore, run_id: str) -> dict[str, Any]:
     """How the token embedding's power gathered in a few frequencies around the held-out jump of a modular-
     addition run (Nanda et al. 2023; lab/circuits/fourier.py `around_jump`): the share in the 8 strongest
-    frequencies at the first snapshot, the last one before the jump, the first one after it and at the end."""
+    frequencies at the first snapshot, the last one of the memorising model (training accuracy first at 95% or
+    more, held-out still below 50%), the first one after the jump and at the end."""
     from lab.circuits.fourier import around_jump, spectra_over_training
 
     m = store.metrics(run_id)
     evals = m[m["kind"] == "eval"] if len(m) else m
     held_out = [(int(s), float(v)) for s, v in zip(evals.get("step", []), evals.get("exact_match", []))]
-    return around_jump(spectra_over_training(store, run_id), held_out)
+    train = zip(evals.get("step", []), evals.get("train_exact_match", [None] * len(evals)))
+    memorised = next((int(s) for s, v in sorted(train) if v is not None and v == v and v >= 0.95), None)
+    return around_jump(spectra_over_training(store, run_id), held_out, memorised)
 
 
 # what an explanation may quote of a run's whole training (its snapshots and curves): name -> f(store, run id)
