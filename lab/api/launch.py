@@ -4,16 +4,13 @@ app comes from ui/app.py (`build_demo`), shipped in the wheel with the ui packag
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional
 
 from lab.api.runs import PathLike
 from lab.engine.store import RunStore
 
-if TYPE_CHECKING:
-    import gradio
 
-
-def demo(runs_dir: Optional[PathLike] = None) -> gradio.Blocks:
+def demo(runs_dir: Optional[PathLike] = None) -> Any:  # a gradio.Blocks (lab/ never imports gradio itself)
     """The whole app on the run store `runs_dir`, built but not started: `demo(...).launch()` shows it in a
     notebook cell (inline) or serves it at http://127.0.0.1:7860, with `python app.py`'s settings (its style
     sheet; the run store and the source never served, uploads capped), each of which a keyword of `launch`
