@@ -28,6 +28,9 @@ WAIT_MS = 180_000  # a shared 2-core host
 REVERSE = run_config(model=ModelConfig(n_layers=1, n_heads=2, d_model=32, d_ff=64),
                      task=TaskConfig(name="reverse", n_symbols=6, min_len=3, max_len=5),
                      train=TrainConfig(steps=60, batch_size=16, eval_every=30, eval_samples=16, snapshots=2))
+MODULAR = run_config(model=ModelConfig(n_layers=1, n_heads=2, d_model=32, d_ff=64, pos="none", norm="none"),
+                     task=TaskConfig(name="modular_addition", modulus=31, train_fraction=0.5),
+                     train=TrainConfig(steps=60, batch_size=64, eval_every=20, eval_samples=64, snapshots=3))
 CELLS = """(sel) => { const e = document.querySelector(sel);
   if (!e || !e.offsetParent) return null;
   return [...e.querySelectorAll('[role=row]')].slice(1).map(r => [...r.querySelectorAll('[role=gridcell]')]
@@ -41,7 +44,8 @@ def circuits_app(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("circuits-app")
     store = RunStore(folder / "runs")
-    ids = {"reverse": trained_run(store, REVERSE), "induction": trained_run(store, INDUCTION)}
+    ids = {"reverse": trained_run(store, REVERSE), "modular": trained_run(store, MODULAR),
+           "induction": trained_run(store, INDUCTION)}
     labels = {k: short_label({"run_id": v, **flatten(store.config(v))}) for k, v in ids.items()}
     store.close()
     with launch_app(folder) as server:
@@ -145,3 +149,28 @@ def test_a_student_watches_the_induction_head_form_and_patches_it(circuits_app, 
         page.locator("#circuits-residual").scroll_into_view_if_needed()
         assert page.evaluate("document.scrollingElement.scrollWidth") <= 390
         shoot(page, tmp_path / "phone.png", top="#circuits-roles-note")
+
+
+def test_a_modular_addition_run_shows_its_fourier_picture_at_each_step(circuits_app):
+    """Grokking's Fourier picture in the panel: the sentence under the slider reads the `fourier` command's
+    numbers at the slider's snapshot, and it leaves with the run."""
+    server, runs, ids, labels = circuits_app
+    printed = json.loads(lab("fourier", ids["modular"], "--json", runs_dir=runs).stdout)["spectra"]
+    with chromium() as browser:
+        page = open_page(browser, server.url, WAIT_MS, viewport={"width": 1400, "height": 900})
+        page.get_by_role("tab", name="Inspect").click()
+        choose(page, "#inspect-run", labels["modular"])
+        note = page.locator("#circuits-fourier-note")
+        for at in (printed[-1], printed[0]):
+            if at is printed[0]:
+                set_step(page, at["step"])
+            note.get_by_text(f"At step {at['step']},").wait_for()
+            said = note.inner_text()
+            assert (f"the 8 strongest frequencies (k = {', '.join(map(str, at['frequencies']))}) hold "
+                    f"{at['fraction']:.0%}") in said, (said, at)
+            assert page.evaluate(IMG_SRC, "#circuits-fourier")
+        choose(page, "#inspect-run", labels["induction"])  # another task: no Fourier picture stays
+        page.locator("#circuits-roles-note").get_by_text(f"At step {INDUCTION.train.steps},").wait_for()
+        page.wait_for_function("() => !document.querySelector('#circuits-fourier img')", polling=250)
+        assert note.inner_text().strip() == ""
+        assert_no_errors(page)

@@ -109,8 +109,8 @@ def test_no_figure_label_sits_over_the_figures_own_title(ctx):
     with gr.Blocks():
         tab = build_inspect_tab(ctx)
     plots = [b for b in _walk(tab) if isinstance(b, gr.Plot)]
-    assert len(plots) == 13  # three attention kinds, PCA and similarity for A and B; intervened attention x3, lens;
-    # the circuits panel's roles heatmap and a patch's attention
+    assert len(plots) == 14  # three attention kinds, PCA and similarity for A and B; intervened attention x3, lens;
+    # the circuits panel's roles heatmap, Fourier picture and a patch's attention
     assert [p.elem_id for p in plots if p.show_label is not False] == []
 
 

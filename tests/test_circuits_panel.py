@@ -24,6 +24,9 @@ from tests.test_patching import CFG, inputs, sharpened
 TINY = run_config(model=ModelConfig(n_layers=2, n_heads=2, d_model=16, d_ff=0),
                   task=TaskConfig(name="induction", min_len=12, max_len=12, n_symbols=20),
                   train=TrainConfig(steps=30, batch_size=8, eval_every=10, eval_samples=8, snapshots=3))
+MODULAR = run_config(model=ModelConfig(n_layers=1, n_heads=2, d_model=16, d_ff=32, pos="none", norm="none"),
+                     task=TaskConfig(name="modular_addition", modulus=31, train_fraction=0.5),
+                     train=TrainConfig(steps=20, batch_size=16, eval_every=5, eval_samples=16, snapshots=3))
 REVERSE = run_config(model=ModelConfig(n_layers=1, n_heads=2, d_model=16, d_ff=32),
                      task=TaskConfig(name="reverse", n_symbols=6, min_len=3, max_len=5),
                      train=TrainConfig(steps=4, batch_size=8, eval_every=2, eval_samples=8))
@@ -38,6 +41,7 @@ def panel(tmp_path_factory):
     with app_context(tmp_path_factory.mktemp("circuits")) as ctx:
         store = ctx.store
         ids = {"tiny": trained_run(store, TINY), "reverse": trained_run(store, REVERSE),
+               "modular": trained_run(store, MODULAR),
                "lstm": trained_run(store, replace(REVERSE, model=replace(REVERSE.model, arch="lstm")))}
         ids["sharp"] = store.create(CFG)  # weights whose inputs' answers differ (tests/test_patching.py)
         store.save_weights(ids["sharp"], sharpened().state_dict())
@@ -162,3 +166,26 @@ def test_a_sequence_tasks_pair_swaps_two_prompt_tokens_and_reads_back_from_its_b
     assert torch.equal(back.clean, pair.clean) and torch.equal(back.corrupt, pair.corrupt)
     with pytest.raises(ConfigError, match="Clean input"):
         typed_pair(REVERSE, "9 9", "1 2")
+
+
+def test_a_modular_addition_run_draws_its_fourier_picture_at_the_sliders_step(panel):
+    from lab.circuits.figures import fourier_figure
+    from lab.circuits.fourier import spectra_over_training
+
+    update, store, ids = panel
+    spectra = spectra_over_training(store, ids["modular"])
+    out = update("run 0.1", ids["tiny"], ids["modular"], None, "induction", "", "")
+    last = spectra[-1]
+    assert out["fourier"].visible and out["fourier_note"].startswith(
+        f"**At step {last.step}, the 8 strongest frequencies (k = {', '.join(map(str, last.top))}) hold "
+        f"{last.fraction:.0%} of the token embedding's non-constant power** (spread evenly: {8 / 15:.0%})")
+    early = update("step 0.2", ids["modular"], ids["modular"], 0, "induction", out["clean"], out["corrupt"])
+    assert early["fourier_note"].startswith(f"**At step {spectra[0].step}, ") and spectra[0].step == 0
+    role = update("role 0.3", ids["modular"], ids["modular"], 0, "self", out["clean"], out["corrupt"])
+    assert "fourier" not in role  # a role switch leaves the picture as it is
+    other = update("run 0.4", ids["modular"], ids["tiny"], None, "induction", "", "")
+    assert not other["fourier"].visible and other["fourier_note"] == ""  # no other run's picture stays
+    fig = fourier_figure(spectra, {"held-out": [(5, 0.1), (20, 0.3)]}, at=spectra[1].step)
+    drawn = np.asarray(fig.axes[0].collections[0].get_array()).reshape(len(last.power), len(spectra))
+    assert np.allclose(drawn, np.stack([s.power / s.power.sum() for s in spectra], axis=1), atol=1e-6)
+    assert np.allclose(fig.axes[1].lines[0].get_ydata(), [s.fraction for s in spectra])  # the top share

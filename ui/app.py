@@ -49,9 +49,10 @@ footer {display: none !important}
      the box's left edge when wider than it (Gradio centres it with flexbox, which spills a wide picture out
      on both sides, and a box cannot be scrolled left of its start), and auto margins centre a narrower one */
   #attn-enc_self .matplotlib, #attn-dec_self .matplotlib, #attn-cross .matplotlib,
-  #circuits-roles-fig .matplotlib, #circuits-cell-attn .matplotlib {
+  #circuits-roles-fig .matplotlib, #circuits-cell-attn .matplotlib, #circuits-fourier .matplotlib {
     overflow-x: auto; align-items: flex-start !important}
-  #attn-enc_self img, #attn-dec_self img, #attn-cross img, #circuits-roles-fig img, #circuits-cell-attn img {
+  #attn-enc_self img, #attn-dec_self img, #attn-cross img, #circuits-roles-fig img, #circuits-cell-attn img,
+  #circuits-fourier img {
     max-width: none !important; width: 640px !important; margin: 0 auto; flex-shrink: 0}
   /* a preset's result table (Table 3's five columns) scrolls sideways in its card, words whole (squeezed into
      390 px, its cells broke words into single letters) */

@@ -3,7 +3,9 @@ scores over training beside the held-out loss (lab/circuits/head_roles.py), and 
 (lab/circuits/patching.py) on a clean and a corrupted input, at the slider's step.
 
 Head roles: a heads x steps heatmap of the chosen role, the loss under it on the same step axis, a line at
-the slider's step, and the scores at that step as a table. Patching: two grids, each cell one patch from the
+the slider's step, and the scores at that step as a table; for a modular-addition run, grokking's Fourier
+picture too (lab/circuits/fourier.py): each frequency's share of the embedding's power over the snapshots,
+the strongest few's share, and the training and held-out accuracy on the same axis. Patching: two grids, each cell one patch from the
 clean run into the corrupted one (the residual stream at a layer and position; one head's output); a
 click on a cell shows that patch's answer and the patched run's attention, and outlines the cell's causal
 cone. The inputs are made from the task (Make from task) or typed; the grids follow the step slider.
@@ -19,7 +21,9 @@ from typing import Any, Optional
 
 import gradio as gr
 
-from lab.circuits.figures import heads_frame, nearest, residual_frame, residual_rows, roles_figure, roles_frame
+from lab.circuits.figures import (fourier_figure, heads_frame, nearest, residual_frame, residual_rows, roles_figure,
+                                  roles_frame)
+from lab.circuits.fourier import JUMP, spectra_over_training
 from lab.circuits.head_roles import INDUCTION_FORMS, SCORES, crossing_step, steepest_fall
 from lab.circuits.pairs import Pair, pair_text, task_pair, typed_pair
 from lab.circuits.patching import Patching, capture, patch, patched
@@ -36,8 +40,9 @@ TRIGGERS = ("run", "step", "role", "make", "patch", "cell", "head")
 PATCH_NOTE = ("Each cell: how much of the clean answer one patch brings back, copying that activation from the "
               "clean run into the corrupted one (1 = all of the clean answer's lead over the corrupted answer, "
               "0 = none). Click a cell to see that patch's answer and attention.")
-OUTPUTS = ("roles_note", "roles_table", "roles_fig", "clean", "corrupt", "pair_note", "residual", "heads",
-           "cell_note", "cell_attn", "shown")
+OUTPUTS = ("roles_note", "roles_table", "roles_fig", "fourier_note", "fourier", "clean", "corrupt", "pair_note",
+           "residual", "heads", "cell_note", "cell_attn", "shown")
+NO_FOURIER = {"fourier_note": "", "fourier": gr.Plot(None, visible=False)}
 
 
 def parse_action(action: Any) -> tuple[str, Optional[tuple[int, int]]]:
@@ -71,6 +76,34 @@ def _history(ctx: AppContext, cache: MapCache, run_id: str) -> tuple[list, list]
         found = run_history(ctx.store, run_id)
         cache.put(key, found)
     return found
+
+
+def fourier_parts(ctx: AppContext, cache: MapCache, run_id: str, step: Any) -> dict[str, Any]:
+    """A modular-addition run's Fourier picture (Nanda et al. 2023) over its snapshots, beside its training and
+    held-out accuracy, with the slider's step marked and read in words."""
+    summary = ctx.store.summary(run_id) or {}
+    key = ("fourier", run_id, summary.get("steps"), tuple(ctx.store.snapshot_steps(run_id)))
+    found = cache.get(key)
+    if found is None:
+        m = ctx.store.metrics(run_id)
+        ev = m[m["kind"] == "eval"] if len(m) else m
+        accuracy = {name: [(int(s), float(v)) for s, v in zip(ev.get("step", []), ev.get(col, [])) if v == v]
+                    for name, col in (("held-out", "exact_match"), ("training pairs", "train_exact_match"))}
+        found = (spectra_over_training(ctx.store, run_id), accuracy)
+        cache.put(key, found)
+    spectra, accuracy = found
+    if not spectra:
+        return {"fourier_note": "No weights kept yet for the Fourier picture.", "fourier": gr.Plot(None, visible=False)}
+    at = spectra[-1] if not isinstance(step, (int, float)) else min(spectra, key=lambda s: abs(s.step - step))
+    n = len(at.power)
+    note = (f"**At step {at.step}, the {len(at.top)} strongest frequencies (k = {', '.join(map(str, at.top))}) hold "
+            f"{at.fraction:.0%} of the token embedding's non-constant power** (spread evenly: "
+            f"{len(at.top) / n:.0%}). ")
+    jump = next((s for s, v in sorted(accuracy["held-out"]) if v >= JUMP), None)
+    note += (f"Held-out exact-match first reached {JUMP:.0%} at step {jump}: Nanda et al. 2023 found the power "
+             "spread while a model memorises and gathered in a few key frequencies once it generalises."
+             if jump is not None else f"Held-out exact-match never reached {JUMP:.0%} in this run.")
+    return {"fourier_note": note, "fourier": gr.Plot(fourier_figure(spectra, accuracy, at.step), visible=True)}
 
 
 def roles_parts(series: list, losses: list, role: str, step: Any) -> dict[str, Any]:
@@ -156,7 +189,7 @@ def panel_update(ctx: AppContext, cache: MapCache, action: Any, shown: Any, run_
     trigger, cell = parse_action(action)
     if not run_id:
         return {"roles_note": "Pick a run to see its heads' roles over training.", "roles_table": table(),
-                "roles_fig": gr.Plot(None, visible=False), "shown": None} | _no_grids("")
+                "roles_fig": gr.Plot(None, visible=False), "shown": None} | NO_FOURIER | _no_grids("")
     if role not in SCORES:
         raise ConfigError("Head role", f"{role!r} is not one of {', '.join(SCORES)}")
     ctx.store.path(run_id)  # RunIdError: not a run id
@@ -167,13 +200,15 @@ def panel_update(ctx: AppContext, cache: MapCache, action: Any, shown: Any, run_
     if cfg.model.arch != "decoder":
         return {"roles_note": f"Head roles and patching are measured on decoder-only Transformers; this run is "
                               f"{cfg.model.arch}.", "roles_table": table(), "roles_fig": gr.Plot(None, visible=False),
-                "clean": "", "corrupt": "", "shown": run_id} | _no_grids("")
+                "clean": "", "corrupt": "", "shown": run_id} | NO_FOURIER | _no_grids("")
     out: dict[str, Any] = {"shown": run_id}
     if trigger in ("run", "step", "role"):
         series, losses = _history(ctx, cache, run_id)
         out |= roles_parts(series, losses, role, step) if series else {
             "roles_note": "No weights kept yet: each run keeps them at its attention snapshot steps.",
             "roles_table": table(), "roles_fig": gr.Plot(None, visible=False)}
+    if trigger in ("run", "step"):  # grokking's Fourier picture, for modular addition only
+        out |= fourier_parts(ctx, cache, run_id, step) if cfg.task.name == "modular_addition" else NO_FOURIER
     if trigger == "role":
         return out
     if ctx.store.summary(run_id) is None:
@@ -207,6 +242,8 @@ def build_circuits_panel(ctx: AppContext, run: gr.Dropdown, step: gr.Slider) -> 
     c["roles_table"] = gr.Dataframe(label="Scores at the slider's step", interactive=False, visible=False,
                                     elem_id="circuits-roles-table")
     c["roles_fig"] = gr.Plot(show_label=False, visible=False, elem_id="circuits-roles-fig")
+    c["fourier_note"] = gr.Markdown(elem_id="circuits-fourier-note")  # modular addition: grokking's Fourier picture
+    c["fourier"] = gr.Plot(show_label=False, visible=False, elem_id="circuits-fourier")
     gr.Markdown("### Activation patching")
     with gr.Row():
         c["clean"] = gr.Textbox(label="Clean input", max_lines=1, min_width=260, elem_id="circuits-clean")
@@ -246,4 +283,4 @@ def build_circuits_panel(ctx: AppContext, run: gr.Dropdown, step: gr.Slider) -> 
     c["heads"].select(on_head, None, action, api_name="circuits_head", show_progress="hidden")
     action.change(update, inputs=[action, c["shown"], run, step, role, c["clean"], c["corrupt"]],
                   outputs=[c[k] for k in OUTPUTS], api_name="circuits_view", trigger_mode="always_last",
-                  preprocess=False, show_progress_on=[c["roles_fig"], c["residual"], c["cell_attn"]])
+                  preprocess=False, show_progress_on=[c["roles_fig"], c["fourier"], c["residual"], c["cell_attn"]])

@@ -18,6 +18,7 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from pandas.io.formats.style import Styler
 
+from lab.circuits.fourier import Spectrum
 from lab.circuits.head_roles import INDUCTION_FORMS, HeadScores, steepest_fall
 from lab.circuits.patching import Patching, causal_cone
 from lab.interventions import head_name
@@ -77,6 +78,42 @@ def roles_figure(series: Sequence[HeadScores], losses: Sequence[tuple[int, float
     ax_loss.set_xlabel("training step", fontsize=9)
     ax_loss.set_ylabel("held-out loss", fontsize=9)
     ax_loss.grid(alpha=0.3)
+    return fig
+
+
+def fourier_figure(spectra: Sequence[Spectrum], accuracy: dict[str, Sequence[tuple[int, float]]],
+                   at: Optional[int] = None) -> Figure:
+    """Grokking's Fourier picture (Nanda et al. 2023) over training, on one step axis: each frequency's share
+    of the token embedding's non-constant power at each snapshot, the share of the strongest few, and the
+    training and held-out accuracy (`accuracy`: name -> (step, exact-match) points); a line at step `at`."""
+    steps = [s.step for s in spectra]
+    shares = np.stack([s.power / max(float(s.power.sum()), 1e-12) for s in spectra], axis=1)  # (freqs, steps)
+    fig = Figure(figsize=(9.0, 7.2), layout="constrained")
+    ax, ax_share, ax_acc = fig.subplots(3, 1, sharex=True, gridspec_kw={"height_ratios": [2.4, 1.2, 1.4]})
+    mesh = ax.pcolormesh(_edges(steps), np.arange(shares.shape[0] + 1) + 0.5, shares, cmap="viridis",
+                         vmin=0.0, vmax=max(float(shares.max()), 1e-6))
+    ax.set_ylabel("frequency k", fontsize=9)
+    ax.set_title("the token embedding's power in each frequency of Z_p (share of its non-constant power)",
+                 fontsize=10)
+    fig.colorbar(mesh, ax=ax, shrink=0.9, label="share")
+    top = len(spectra[-1].top)
+    ax_share.plot(steps, [s.fraction for s in spectra], color=RED, lw=1.8, marker="o", ms=3)
+    ax_share.axhline(top / max(shares.shape[0], 1), color="0.5", ls=":", lw=1.0)
+    ax_share.set_ylim(0, 1)
+    ax_share.set_ylabel(f"top {top} share", fontsize=9)
+    ax_share.grid(alpha=0.3)
+    for (name, points), colour in zip(accuracy.items(), (BLUE, "#009E73")):
+        if points:
+            xs, ys = zip(*sorted(points))
+            ax_acc.plot(xs, ys, color=colour, lw=1.6, label=name)
+    ax_acc.set_ylim(-0.02, 1.02)
+    ax_acc.set_ylabel("exact-match", fontsize=9)
+    ax_acc.set_xlabel("training step", fontsize=9)
+    ax_acc.legend(fontsize=8, loc="lower right")
+    ax_acc.grid(alpha=0.3)
+    if at is not None:
+        for a in (ax, ax_share, ax_acc):
+            a.axvline(at, color=RED if a is not ax_share else "0.2", lw=1.4, ls="--")
     return fig
 
 
