@@ -15,7 +15,7 @@ import pytest
 
 from lab.circuits.fourier import Spectrum, around_jump
 from lab.teach.presets import PRESETS
-from lab.teach.preset_base import measured
+from tests.test_train_metrics import grok_run as plain_grok_run
 
 WD, NO = "weight decay 1.0", "weight decay 0"
 
@@ -39,15 +39,9 @@ def test_around_jump_reads_the_memorising_snapshot_and_the_first_after_the_jump(
     assert never["end"] == (2200, 0.37) and around_jump([], evals) == {}
 
 
-def grok_run(test_acc: list[float], train_acc: list[float], fourier: dict, every: int = 110) -> dict:
-    evals = [{"step": every * (i + 1), "exact_match": t, "train_exact_match": a}
-             for i, (t, a) in enumerate(zip(test_acc, train_acc))]
-    last = evals[-1]
-    return measured({"train_loss": 0.001, "steps": every * len(evals), "wall_s": 1.0, "stopped": False,
-                     "eval": {"loss": 0.1, "token_acc": last["exact_match"], "exact_match": last["exact_match"]},
-                     "train_set": {"loss": 0.001, "token_acc": last["train_exact_match"],
-                                   "exact_match": last["train_exact_match"]}, "ood": None},
-                    evals, train=[(100, 2.0), (500, 0.01)], fourier=fourier)
+def grok_run(test_acc: list[float], train_acc: list[float], fourier: dict) -> dict:
+    """A grokking run's result as the explanation reads it (tests/test_train_metrics.py), with its Fourier measure."""
+    return {**plain_grok_run(test_acc, train_acc), "fourier": fourier}
 
 
 @pytest.mark.parametrize("after, end, verdict", [((1760, 0.33), (2200, 0.37), "still spread"),
