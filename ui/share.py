@@ -9,6 +9,8 @@ toast of its own before the app saw it, and the note would still speak of the pr
 """
 from __future__ import annotations
 
+import difflib
+
 import json
 import os
 import tempfile
@@ -65,7 +67,10 @@ def make_query(*args: Any) -> str:
     bad = [h for h in hidden if h not in names]
     if bad:
         # the API's parameter and the url keys it takes, as the caller wrote them (not renamed to labels)
-        raise ValueError(f"hide: {bad[0]!r} is not a control (allowed: {', '.join(names)})")
+        close = difflib.get_close_matches(str(bad[0]), names, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(f"hide: {bad[0]!r} is not a control{hint} (allowed: the {len(names)} controls' url keys, "
+                         f"{', '.join(names[:10])}, ... {names[-1]})")
     return query_string(cfg, tuple(hidden))
 
 
