@@ -16,7 +16,8 @@ import re
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, get_args
 
-from lab.fields import ConfigError, FieldInfo, Widget, iter_fields, knob, shown, suggest, validate
+from lab.fields import (DROPDOWN, RADIO, ConfigError, FieldInfo, Widget, dropdown as _dd, iter_fields, knob,
+                        number as _number, shown, slider as _slider, suggest, validate)
 from lab.taskshapes import TASK_NAMES, readers, task_shape
 from lab.textdata import ALLOWED as TEXT_ALLOWED, SPLIT as TEXT_SPLIT, check_text, short_form
 
@@ -47,21 +48,6 @@ GATED = ("swiglu", "geglu")  # gated feed-forward activations (Shazeer 2020)
 NORM_TYPES: tuple[str, ...] = get_args(NormType)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 DEVICES: tuple[str, ...] = get_args(Device)
-
-
-def _dd(*options: object) -> Widget:
-    return Widget("dropdown", options=tuple(options))
-
-
-def _slider(lo: float, hi: float, step: float = 1) -> Widget:
-    return Widget("slider", lo, hi, step)
-
-
-def _number(lo: float | None = None, hi: float | None = None) -> Widget:
-    return Widget("number", lo, hi)
-
-
-DROPDOWN, RADIO = Widget("dropdown"), Widget("radio")
 
 
 def _only(field: str) -> str:

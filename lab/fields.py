@@ -40,6 +40,22 @@ class Widget:
     when: Optional[tuple[str, Any]] = None
 
 
+def dropdown(*options: object) -> Widget:
+    """A dropdown offering `options` (for a number field: its usual values)."""
+    return Widget("dropdown", options=tuple(options))
+
+
+def slider(lo: float, hi: float, step: float = 1) -> Widget:
+    return Widget("slider", lo, hi, step)
+
+
+def number(lo: float | None = None, hi: float | None = None) -> Widget:
+    return Widget("number", lo, hi)
+
+
+DROPDOWN, RADIO = Widget("dropdown"), Widget("radio")  # a closed set's choices as a dropdown or radio buttons
+
+
 @dataclass(frozen=True)
 class Spec:
     """What a field means to people and to every interface (see the module docstring)."""
