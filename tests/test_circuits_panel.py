@@ -123,7 +123,7 @@ def test_bad_inputs_are_named_by_their_box_and_hide_the_grids(panel):
     update, store, ids = panel
     clean, corrupt = typed(sharpened())
     short = update("patch 0.1", ids["sharp"], ids["sharp"], None, "induction", clean, corrupt.rsplit(" ", 1)[0])
-    assert short["pair_note"].startswith("⚠️ **Corrupted input**: has 8 tokens and the clean input 9")
+    assert short["pair_note"].startswith("⚠️ **Corrupted input**: has 8 symbols and the clean input 9")
     assert not short["residual"].visible and not short["heads"].visible
     empty = update("patch 0.2", ids["sharp"], ids["sharp"], None, "induction", "", corrupt)
     assert empty["pair_note"].startswith("⚠️ **Clean input**: is empty")
@@ -133,6 +133,35 @@ def test_bad_inputs_are_named_by_their_box_and_hide_the_grids(panel):
     assert bad["pair_note"].startswith("⚠️ **Corrupted input**: 'x\\*' is not a symbol"), bad["pair_note"]
     with pytest.raises(ConfigError, match="Head role"):
         update("role 0.5", ids["sharp"], ids["sharp"], None, "copying", clean, corrupt)
+
+
+def test_a_step_between_snapshots_reads_one_snapshot_in_every_part(panel):
+    """The slider moves by the first gap between snapshots, and snapshot steps are rounded: the roles and the
+    patching both use the nearest step that kept weights, and say the same one."""
+    update, store, ids = panel
+    steps = store.snapshot_steps(ids["tiny"])
+    mid = steps[1] - 1  # not a snapshot step
+    out = update("run 0.1", None, ids["tiny"], None, "induction", "", "")
+    moved = update("step 0.2", ids["tiny"], ids["tiny"], mid, "induction", out["clean"], out["corrupt"])
+    assert moved["roles_note"].startswith(f"**At step {steps[1]},")
+    assert f"at step {steps[1]}" in moved["pair_note"].lower(), moved["pair_note"]  # not the final weights
+    none = update("run 0.3", ids["tiny"], None, None, "induction", out["clean"], out["corrupt"])
+    assert (none["clean"], none["corrupt"]) == ("", "")  # no run: no inputs of the last one
+
+
+def test_make_from_task_tries_changed_tokens_where_a_swap_keeps_the_answer(panel):
+    """A sum (modular addition), a sort or a parity is the same after a swap: the candidates also change one
+    prompt token, and the panel's pair is one of them."""
+    from lab.circuits.pairs import _candidates
+
+    update, store, ids = panel
+    cfg = store.config(ids["modular"])
+    out = update("make 0.1", ids["modular"], ids["modular"], None, "induction", "", "")
+    clean = typed_pair(cfg, out["clean"], out["corrupt"]).clean
+    candidates, words = _candidates(cfg, clean, clean.shape[1] - 1, 0)  # the prompt "a b", then "="
+    changed = [c for c in candidates.tolist() if sorted(c) != sorted(clean[0].tolist())]
+    assert changed and any("became" in w for w in words)  # single tokens changed, not only swapped
+    assert out["corrupt"] != out["clean"]
 
 
 def test_a_run_without_decoder_heads_says_so(panel):

@@ -153,6 +153,8 @@ def test_the_cache_has_transformerlens_names_and_shorthand(run):
     assert torch.equal(cache["pattern", 1], cache["blocks.1.attn.hook_pattern"])
     assert torch.equal(cache["resid_post", -1], cache["blocks.1.hook_resid_post"])
     assert torch.equal(cache["resid_post", 0], cache["resid_pre", 1])  # one stream, block after block
+    with pytest.raises(KeyError, match="out of range"):  # a layer the model lacks is refused, not wrapped round
+        cache["resid_pre", 2]
     assert cache["pattern", 0].shape == (1, 2, len(tokens), len(tokens))
     np.testing.assert_allclose(cache["pattern", 0][0].numpy(), run.attention("1 2 3")[0], atol=1e-6)
     with pytest.raises(KeyError):

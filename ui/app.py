@@ -135,16 +135,17 @@ def main() -> None:
     warm = threading.Timer(WARM_UP_S, pca_type)
     warm.daemon = True
     warm.start()
-    demo.launch(
-        allowed_paths=[],  # Gradio serves only its own cache (the files this app returns) and uploads
-        blocked_paths=blocked_paths(store),
-        max_file_size=max(limits.max_upload_bytes, 1024 * 1024),  # a hard wall; ui/share.py names the limit
-        server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
-        server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
-        css=CSS,
-        theme=gr.themes.Soft(),
-        run_history=False,
-    )
+    demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+                server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_options(store, limits))
+
+
+def launch_options(store: RunStore, limits: Limits) -> dict:
+    """What the app launches with, here and in a notebook (lab.demo()): the style sheet and theme, and what it
+    serves: only its own cache (the files it returns) and uploads, never the run store or the source; uploads
+    capped (a hard wall; ui/share.py names the limit)."""
+    return dict(allowed_paths=[], blocked_paths=blocked_paths(store),
+                max_file_size=max(limits.max_upload_bytes, 1024 * 1024), css=CSS, theme=gr.themes.Soft(),
+                run_history=False)
 
 
 if __name__ == "__main__":

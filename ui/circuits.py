@@ -138,8 +138,8 @@ def patch_parts(cfg: Any, model: Any, at: int, pair: Pair, trigger: str,
     try:
         p = patch(model, pair.clean, pair.corrupt)
     except ValueError as exc:
-        return _no_grids(f"⚠️ **Corrupted input** at step {at}: {str(exc).split(': ', 1)[-1]}. Before the circuit "
-                         "forms both inputs can get one answer: move the slider later.")
+        return _no_grids(f"⚠️ **Corrupted input** at step {at}: {str(exc).split(': ', 1)[-1]}. Change the corrupted "
+                         "input (or press Make from task); before a circuit forms, a later step may tell them apart.")
     clean, corrupt = _labels(cfg, pair.clean), _labels(cfg, pair.corrupt)
     name = lambda tok: get_task(cfg.task.name).label(cfg.task, tok)  # noqa: E731
     note = (f"Weights at step {at}. Clean answer **{name(p.clean_answer)}**, corrupted answer "
@@ -189,7 +189,8 @@ def panel_update(ctx: AppContext, cache: MapCache, action: Any, shown: Any, run_
     trigger, cell = parse_action(action)
     if not run_id:
         return {"roles_note": "Pick a run to see its heads' roles over training.", "roles_table": table(),
-                "roles_fig": gr.Plot(None, visible=False), "shown": None} | NO_FOURIER | _no_grids("")
+                "roles_fig": gr.Plot(None, visible=False), "clean": "", "corrupt": "", "shown": None} | NO_FOURIER \
+            | _no_grids("")
     if role not in SCORES:
         raise ConfigError("Head role", f"{role!r} is not one of {', '.join(SCORES)}")
     ctx.store.path(run_id)  # RunIdError: not a run id
@@ -202,8 +203,10 @@ def panel_update(ctx: AppContext, cache: MapCache, action: Any, shown: Any, run_
                               f"{cfg.model.arch}.", "roles_table": table(), "roles_fig": gr.Plot(None, visible=False),
                 "clean": "", "corrupt": "", "shown": run_id} | NO_FOURIER | _no_grids("")
     out: dict[str, Any] = {"shown": run_id}
+    series, losses = _history(ctx, cache, run_id)
+    if series and isinstance(step, (int, float)):  # the slider moves by the first gap; snapshots are rounded
+        step = nearest(series, step).step  # every part reads the weights of one step, the one it says
     if trigger in ("run", "step", "role"):
-        series, losses = _history(ctx, cache, run_id)
         out |= roles_parts(series, losses, role, step) if series else {
             "roles_note": "No weights kept yet: each run keeps them at its attention snapshot steps.",
             "roles_table": table(), "roles_fig": gr.Plot(None, visible=False)}
@@ -212,8 +215,11 @@ def panel_update(ctx: AppContext, cache: MapCache, action: Any, shown: Any, run_
     if trigger == "role":
         return out
     if ctx.store.summary(run_id) is None:
-        return out | {"clean": "", "corrupt": ""} | _no_grids("Patching needs the run's weights: wait until it "
-                                                              "finishes.")
+        state = (ctx.store.status(run_id) or {}).get("state", "")
+        why = ("wait until it finishes" if state in ("queued", "running", "") else
+               f"this run {state} before its end and kept no final weights; pick a finished run")
+        return out | ({"clean": "", "corrupt": ""} if trigger == "run" else {}) | _no_grids(
+            f"Patching needs the run's final weights: {why}.")
     cfg, model, at = final_model(ctx, run_id, step if isinstance(step, (int, float)) else None)
     if trigger in ("run", "make"):
         pair = task_pair(cfg, model, 0 if trigger == "run" else random.randrange(1_000_000))

@@ -57,6 +57,8 @@ class ActivationCache(dict):
         if isinstance(key, tuple):
             if len(key) != 2 or key[0] not in SHORT or not isinstance(key[1], int):
                 raise KeyError(f"{key!r}: use (name, layer) with name one of {', '.join(SHORT)}")
+            if not -self.n_layers <= key[1] < self.n_layers:
+                raise KeyError(f"{key!r}: layer {key[1]} is out of range (this model has layers 0-{self.n_layers - 1})")
             key = SHORT[key[0]].format(key[1] % self.n_layers)
         return super().__getitem__(key)
 
@@ -105,8 +107,9 @@ def hooked(model: Transformer, fwd_hooks: Sequence[tuple[str, HookFn]]) -> Itera
             if name not in sites:
                 why = " (patterns are read from the cache, not replaced)" if name.endswith("hook_pattern") else ""
                 raise KeyError(f"{name!r} is not a hook point of this model{why}; allowed: "
-                               f"{', '.join(n for n in sites if n.startswith(('blocks.0.', 'ln_')))} and the same "
-                               f"for layers 1-{model.cfg.n_layers - 1}")
+                               f"{', '.join(n for n in sites if n.startswith(('blocks.0.', 'ln_')))}"
+                               + (f" and the same for layers 1-{model.cfg.n_layers - 1}" if model.cfg.n_layers > 1
+                                  else ""))
             module, how, layer = sites[name]
             handles.append(_handle(module, how, fn, HookPoint(name, layer), model.cfg.n_heads))
         yield model

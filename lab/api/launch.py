@@ -16,11 +16,10 @@ def demo(runs_dir: Optional[PathLike] = None) -> Any:  # a gradio.Blocks (lab/ n
     sheet; the run store and the source never served, uploads capped), each of which a keyword of `launch`
     overrides. Runs started in it train in worker processes; runs trained with `train` on the same folder
     appear in its Compare and Inspect tabs."""
-    from ui.app import CSS, blocked_paths, build_demo  # gradio loads here, never on `import lab`
+    from ui.app import build_demo, launch_options  # gradio loads here, never on `import lab`
     from lab.engine.limits import Limits
 
     store, limits = RunStore(runs_dir), Limits.from_env()
     blocks = build_demo(store, limits=limits)
-    blocks.launch = functools.partial(blocks.launch, css=CSS, allowed_paths=[], blocked_paths=blocked_paths(store),
-                                      max_file_size=max(limits.max_upload_bytes, 1024 * 1024))
+    blocks.launch = functools.partial(blocks.launch, **launch_options(store, limits))
     return blocks

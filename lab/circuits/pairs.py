@@ -6,7 +6,8 @@ al. 2022; Wang et al. 2022; Heimersheim and Nanda 2024, "How to use and interpre
   asks "what followed me before?"; the corruption changes the token that followed its earlier occurrence,
   so an induction head copies a different answer;
 - a sequence task (reverse, sort, ...): its probe's prompt and separator; the corruption swaps two tokens
-  of the prompt (for reverse, the first answer token is the prompt's last, so the swap changes it);
+  of the prompt (for reverse, the first answer token is the prompt's last, so the swap changes it) or
+  changes one (a swap leaves a sum, a sort or a parity as it was);
 - any other language model: one earlier token replaced.
 Where the task gives no natural place, the place is searched: every candidate corruption runs in one
 batched forward and the one that moves the clean answer's logit most is kept. No gradio here.
@@ -64,6 +65,7 @@ def _candidates(cfg: RunConfig, clean: Tensor, scored_from: int, seed: int) -> t
     task, tokens = get_task(cfg.task.name), clean[0].tolist()
     out: list[list[int]] = []
     words: list[str] = []
+    rng = np.random.default_rng(seed)
     if not task.lm:
         for i in range(scored_from):
             for j in range(i + 1, scored_from):
@@ -73,9 +75,16 @@ def _candidates(cfg: RunConfig, clean: Tensor, scored_from: int, seed: int) -> t
                     out.append(swapped)
                     words.append(f"positions {i} and {j} swapped ({_label(cfg, tokens[i])} and "
                                  f"{_label(cfg, tokens[j])})")
+        symbols = task.n_symbols(cfg.task)  # and one prompt token changed: a swap leaves a sum or a sort alone
+        for p in range(scored_from):
+            for r in rng.choice(symbols, size=min(8, symbols), replace=False):
+                if int(r) != tokens[p]:
+                    changed = list(tokens)
+                    changed[p] = int(r)
+                    out.append(changed)
+                    words.append(f"position {p}: {_label(cfg, tokens[p])} became {_label(cfg, int(r))}")
     else:
         symbols = task.vocab_size(cfg.task)
-        rng = np.random.default_rng(seed)
         for p in range(len(tokens) - 1):
             for r in rng.choice(symbols, size=min(8, symbols), replace=False):
                 if int(r) != tokens[p]:
@@ -128,9 +137,10 @@ def typed_pair(cfg: RunConfig, clean: Any, corrupt: Any) -> Pair:
             raise ConfigError(label, f"is {tokens[-1].shape[1]} tokens long (allowed: at most the run's context "
                                      f"length, n_ctx={cfg.model.n_ctx})")
     if tokens[0].shape != tokens[1].shape:
-        raise ConfigError("Corrupted input", f"has {tokens[1].shape[1]} tokens and the clean input "
-                                             f"{tokens[0].shape[1]} (allowed: the same length, so each position "
-                                             "can be patched)")
+        sep = 0 if get_task(cfg.task.name).lm else 1  # a sequence task's separator, added to both
+        raise ConfigError("Corrupted input", f"has {tokens[1].shape[1] - sep} symbols and the clean input "
+                                             f"{tokens[0].shape[1] - sep} (allowed: the same length, so each "
+                                             "position can be patched)")
     differ = (tokens[0] != tokens[1]).nonzero()[:, 1].tolist()
     how = ("the two inputs are the same" if not differ else
            "changed at position" + ("s " if len(differ) > 1 else " ") + ", ".join(map(str, differ)))
