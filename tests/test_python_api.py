@@ -220,3 +220,15 @@ def test_every_figure_is_a_matplotlib_figure(run):
     assert list(lab.count_params(run.config, by_component=True)) == ["embeddings", "positional", "attention", "mlp",
                                                                       "norms", "head", "recurrent"]
     assert lab.count_params(run.config) == run.summary["params"] == sum(p.numel() for p in run.model.parameters())
+
+
+def test_a_recurrent_run_is_refused_by_the_views_it_has_nothing_for(tmp_path):
+    """An LSTM has no attention, positional encoding or residual stream: the attention, PCA and logit-lens views
+    name its architecture instead of failing inside the model."""
+    cfg = lab.make_config(task="copy", arch="lstm", n_layers=1, d_model=16, steps=2, batch_size=8, eval_every=2,
+                          eval_samples=8, threads=1)
+    r = lab.train(cfg, runs_dir=tmp_path / "runs", progress=False)
+    for view in (r.attention, lambda: lab.plot_pca(r), lambda: lab.plot_logit_lens(r)):
+        with pytest.raises(ValueError, match="model.arch: this run is lstm, a recurrent baseline"):
+            view()
+    assert not r.metrics().empty  # its own records still read

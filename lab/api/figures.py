@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from lab.api.runs import PathLike, Run, load_runs
-from lab.config import RunConfig, flatten
+from lab.config import RECURRENT, RunConfig, flatten
 from lab.engine.grid import band, group_runs
 from lab.views import plots
 from lab.views.curves import CURVES, X_AXES
@@ -88,6 +88,13 @@ def plot_attention(run: Run | str, text: Optional[str] = None, step: Optional[in
     return plots.attention_grid(patterns, labels_q, labels_k, title, silenced)
 
 
+def _transformer(r: Run, lacks: str) -> None:
+    """Refuse a recurrent run (LSTM, GRU) by its architecture, saying what it lacks."""
+    if r.config.model.arch in RECURRENT:
+        raise ValueError(f"model.arch: this run is {r.config.model.arch}, a recurrent baseline with {lacks}; "
+                         "pick a Transformer run")
+
+
 def plot_pca(run: Run | str, step: Optional[int] = None, runs_dir: Optional[PathLike] = None) -> Figure:
     """The positional encoding as Inspect draws it: the position vectors' first two principal components and
     their cosine similarity (a learned table as trained, or at the snapshot `step`), or for RoPE and ALiBi
@@ -95,6 +102,7 @@ def plot_pca(run: Run | str, step: Optional[int] = None, runs_dir: Optional[Path
     from lab.views.analysis import positional_view
 
     (r,) = load_runs(run, runs_dir)
+    _transformer(r, "no positional encoding: the recurrence itself orders the tokens")
     weights = r.store.weights_at(r.run_id, step)[0]
     return plots.positional_figure(positional_view(r.config, weights), f"{r.name}: {r.config.model.pos}")
 
@@ -129,6 +137,7 @@ def plot_logit_lens(run: Run | str, text: Optional[str] = None, runs_dir: Option
     from lab.views.probing import logit_lens
 
     (r,) = load_runs(run, runs_dir)
+    _transformer(r, "no residual stream for a logit lens to read")
     probe = r.probe(text)
     return lens_figure(logit_lens(r.model, r.config, probe.batch), probe.dec_labels, f"Logit lens: {r.name}")
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from lab.api.configs import make_config
-from lab.config import ConfigError, RunConfig
+from lab.config import RECURRENT, ConfigError, RunConfig
 from lab.engine.store import RunStore
 from lab.records import EvalRecord, Record, StepRecord
 
@@ -136,6 +136,9 @@ class Run:
         encoder-decoder enc_self or cross. Inside `hooks(...)` the hooked model is read."""
         from lab.views.analysis import attention
 
+        if self.config.model.arch in RECURRENT:
+            raise ValueError(f"model.arch: this run is {self.config.model.arch}, a recurrent baseline: it has no "
+                             "attention to read; pick a Transformer run")
         model = self.model if step is None else self.load_model(step)
         patterns = attention(model, self.probe(text).batch)
         if kind not in patterns:
