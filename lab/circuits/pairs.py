@@ -60,8 +60,9 @@ def induction_pair(cfg: RunConfig, seed: int = 0) -> Pair:
 
 
 def _candidates(cfg: RunConfig, clean: Tensor, scored_from: int, seed: int) -> tuple[Tensor, list[str]]:
-    """(n, T) corruptions of `clean` (1, T) and each one's description: swaps of two different tokens
-    before `scored_from` (a sequence task's prompt), else single tokens replaced (a language model)."""
+    """(n, T) corruptions of `clean` (1, T) and each one's description: for a sequence task, swaps of two
+    different tokens before `scored_from` (its prompt) and single prompt tokens changed (a swap leaves a sum,
+    a sort or a parity alone); for a language model, single tokens changed before the last."""
     task, tokens = get_task(cfg.task.name), clean[0].tolist()
     out: list[list[int]] = []
     words: list[str] = []
@@ -75,23 +76,14 @@ def _candidates(cfg: RunConfig, clean: Tensor, scored_from: int, seed: int) -> t
                     out.append(swapped)
                     words.append(f"positions {i} and {j} swapped ({_label(cfg, tokens[i])} and "
                                  f"{_label(cfg, tokens[j])})")
-        symbols = task.n_symbols(cfg.task)  # and one prompt token changed: a swap leaves a sum or a sort alone
-        for p in range(scored_from):
-            for r in rng.choice(symbols, size=min(8, symbols), replace=False):
-                if int(r) != tokens[p]:
-                    changed = list(tokens)
-                    changed[p] = int(r)
-                    out.append(changed)
-                    words.append(f"position {p}: {_label(cfg, tokens[p])} became {_label(cfg, int(r))}")
-    else:
-        symbols = task.vocab_size(cfg.task)
-        for p in range(len(tokens) - 1):
-            for r in rng.choice(symbols, size=min(8, symbols), replace=False):
-                if int(r) != tokens[p]:
-                    changed = list(tokens)
-                    changed[p] = int(r)
-                    out.append(changed)
-                    words.append(f"position {p}: {_label(cfg, tokens[p])} became {_label(cfg, int(r))}")
+    symbols = task.vocab_size(cfg.task) if task.lm else task.n_symbols(cfg.task)
+    for p in range(len(tokens) - 1 if task.lm else scored_from):
+        for r in rng.choice(symbols, size=min(8, symbols), replace=False):
+            if int(r) != tokens[p]:
+                changed = list(tokens)
+                changed[p] = int(r)
+                out.append(changed)
+                words.append(f"position {p}: {_label(cfg, tokens[p])} became {_label(cfg, int(r))}")
     keep = np.random.default_rng(seed).permutation(len(out))[:MAX_CANDIDATES] if len(out) > MAX_CANDIDATES \
         else np.arange(len(out))
     return torch.tensor([out[k] for k in sorted(keep)], dtype=torch.long), [words[k] for k in sorted(keep)]
