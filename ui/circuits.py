@@ -30,7 +30,7 @@ from lab.circuits.patching import Patching, capture, patch, patched
 from lab.config import ConfigError, in_words
 from lab.interventions import head_name
 from lab.tasks import get_task
-from lab.teach.preset_results import run_history
+from lab.teach.preset_results import eval_points, run_history
 from lab.views.plots import attention_grid
 from ui.common import AppContext, errors_as_messages
 from ui.inspect import _md
@@ -85,9 +85,7 @@ def fourier_parts(ctx: AppContext, cache: MapCache, run_id: str, step: Any) -> d
     key = ("fourier", run_id, summary.get("steps"), tuple(ctx.store.snapshot_steps(run_id)))
     found = cache.get(key)
     if found is None:
-        m = ctx.store.metrics(run_id)
-        ev = m[m["kind"] == "eval"] if len(m) else m
-        accuracy = {name: [(int(s), float(v)) for s, v in zip(ev.get("step", []), ev.get(col, [])) if v == v]
+        accuracy = {name: eval_points(ctx.store, run_id, col)
                     for name, col in (("held-out", "exact_match"), ("training pairs", "train_exact_match"))}
         found = (spectra_over_training(ctx.store, run_id), accuracy)
         cache.put(key, found)

@@ -22,24 +22,29 @@ WEIGHT_MEASURES: dict[str, Callable[..., dict]] = {
 _MEASURES: dict[tuple[str, str, str], dict] = {}  # (store root, run id, measure) -> its value
 
 
-def run_history(store: RunStore, run_id: str) -> tuple[list, list[tuple[int, float]]]:
-    """The run's head-role scores at each kept snapshot (lab/circuits/head_roles.py) and its held-out loss at
-    each evaluation: what Learn page 13 draws and the induction preset's sentence quotes."""
-    from lab.circuits.head_roles import scores_over_training
-
+def eval_points(store: RunStore, run_id: str, column: str) -> list[tuple[int, float]]:
+    """(step, value) of one column of the run's held-out evaluations ("loss", "exact_match",
+    "train_exact_match"...), oldest first; values not measured (NaN) left out."""
     m = store.metrics(run_id)
     evals = m[m["kind"] == "eval"] if len(m) else m
-    losses = [(int(s), float(v)) for s, v in zip(evals.get("step", []), evals.get("loss", []))]
-    return scores_over_training(store, run_id), losses
+    return sorted((int(s), float(v)) for s, v in zip(evals.get("step", []), evals.get(column, [])) if v == v)
+
+
+def run_history(store: RunStore, run_id: str) -> tuple[list, list[tuple[int, float]]]:
+    """The run's head-role scores at each kept snapshot (lab/circuits/head_roles.py) and its held-out loss at
+    each evaluation: what Learn page 13 and Inspect's circuits panel draw and the induction preset's sentence
+    quotes."""
+    from lab.circuits.head_roles import scores_over_training
+
+    return scores_over_training(store, run_id), eval_points(store, run_id, "loss")
 
 
 def induction_forming(store: RunStore, run_id: str) -> dict[str, Any]:
     """When the run's induction head formed: the top induction score at the first snapshot and at the end, the
     head, the first step it passed 0.4 (the numbers `python -m lab heads` and Learn page 13 show), the
-    snapshot interval, and the held-out loss's steepest fall (lab/teach/lesson_circuits.py)."""
-    from lab.circuits.head_roles import crossing_step
+    snapshot interval, and the held-out loss's steepest fall."""
+    from lab.circuits.head_roles import crossing_step, steepest_fall
     from lab.interventions import head_name
-    from lab.teach.lesson_circuits import steepest_fall
 
     series, losses = run_history(store, run_id)
     if len(series) < 2:
@@ -57,11 +62,8 @@ def fourier_forming(store: RunStore, run_id: str) -> dict[str, Any]:
     more, held-out still below 50%), the first one after the jump and at the end."""
     from lab.circuits.fourier import around_jump, spectra_over_training
 
-    m = store.metrics(run_id)
-    evals = m[m["kind"] == "eval"] if len(m) else m
-    held_out = [(int(s), float(v)) for s, v in zip(evals.get("step", []), evals.get("exact_match", []))]
-    train = zip(evals.get("step", []), evals.get("train_exact_match", [None] * len(evals)))
-    memorised = next((int(s) for s, v in sorted(train) if v is not None and v == v and v >= 0.95), None)
+    held_out = eval_points(store, run_id, "exact_match")
+    memorised = next((s for s, v in eval_points(store, run_id, "train_exact_match") if v >= 0.95), None)
     return around_jump(spectra_over_training(store, run_id), held_out, memorised)
 
 
