@@ -13,12 +13,15 @@ from lab.batched import batch_key
 from lab.config import ConfigError, RunConfig
 from lab.engine import continuation
 from lab.engine.backup import forget
+from lab.engine.environment import detect
 from lab.engine.estimate import Estimate, Server, forecast, group_jobs
+from lab.engine.identity import code_version, identity
 from lab.engine.limits import check_admission
+from lab.engine.sharing import Claim
 from lab.engine.slots import SPARE_DELAY_S, JobSlots, JobStatus, _Job
 from lab.engine.store import LIVE_STATES, TERMINAL_STATES, now_iso
 
-__all__ = ["JobManager", "JobStatus", "SPARE_DELAY_S"]
+__all__ = ["Claim", "JobManager", "JobStatus", "SPARE_DELAY_S"]
 _SHUT_DOWN = "job manager shut down before the run started"
 
 
@@ -30,7 +33,46 @@ class JobManager(JobSlots):
         run folder exists) when the server's limits refuse it."""
         return self.submit_many([cfg], owner=owner, batch=False)[0]
 
-    def submit_many(self, cfgs: list[RunConfig], owner: str = "", batch: bool = True) -> list[str]:
+    def claim_many(self, cfgs: Sequence[RunConfig], owner: str = "", batch: bool = True,
+                   seed_from: str = "") -> list[Claim]:
+        """What Start, a preset and a grid ask for: for each config, the run that answers it
+        (lab/engine/sharing.py): a run of the same identity this server has queued, is training or has
+        completed, which `owner` now holds too (`attached`); else a new run, queued by `submit_many` (its
+        limits, all or nothing, count only the new runs: distinct trainings, not clicks). `seed_from`
+        ("class": the student's own seed) is recorded in a new run's status."""
+        cfgs = list(cfgs)
+        with self._claiming:  # one claim at a time: two clicks on one config never both create its run
+            idents = [identity(c) for c in cfgs]
+            claims: dict[str, Claim] = {}
+            with self._cond:  # attach to what answers: found and held under one lock, so it cannot end between
+                live = {r for r, j in self._jobs.items() if j.state in LIVE_STATES and not j.continuing}
+                for ident in dict.fromkeys(idents):
+                    run_id = self.shared.find(ident, live)
+                    if run_id is not None:
+                        self.shared.hold(run_id, owner)
+                        claims[ident] = self._claim_of(run_id)
+            new = {i: c for i, c in zip(idents, cfgs) if i not in claims}  # one run per identity asked for
+            if new:
+                ids = self.submit_many(list(new.values()), owner, batch, seed_from)
+                claims |= {i: Claim(r, attached=False) for i, r in zip(new, ids)}
+        return [claims[i] for i in idents]
+
+    def _claim_of(self, run_id: str) -> Claim:
+        """The attached run as a Claim: its state, when it was queued and where it trained (lock held)."""
+        status, job = self.store.status(run_id), self._jobs.get(run_id)
+        summary = self.store.summary(run_id) if job is None or job.state not in LIVE_STATES else None
+        device = str((summary or {}).get("device") or ("cuda" if detect().cuda else "cpu"))
+        return Claim(run_id, attached=True, state=job.state if job is not None else str(status.get("state")),
+                     trained_at=str(status.get("created_at") or ""), device=device,
+                     code_version=str(status.get("code_version") or ""))
+
+    def holders(self, run_id: str) -> list[str]:
+        """Who holds the run: its first starter and every student attached to it (lab/engine/sharing.py)."""
+        with self._cond:
+            return self.shared.holders(run_id)
+
+    def submit_many(self, cfgs: list[RunConfig], owner: str = "", batch: bool = True,
+                    seed_from: str = "") -> list[str]:
         """Submit several configs (a preset, an ablation grid); returns their run ids in order.
         All or nothing: the server's limits are checked for the whole set before any folder is
         written, so a set too large for them is refused whole (LimitError) rather than half-started.
@@ -46,8 +88,9 @@ class JobManager(JobSlots):
             self._admitting[owner] = self._admitting.get(owner, 0) + len(cfgs)
         ids: list[str] = []
         try:
+            marks = {"code_version": code_version(), **({"seed_from": seed_from} if seed_from else {})}
             for cfg in cfgs:
-                ids.append(self.store.create(cfg, owner=owner))
+                ids.append(self.store.create(cfg, owner=owner, identity=identity(cfg), **marks))
         finally:
             with self._cond:
                 self._admitting[owner] -= len(cfgs)
@@ -62,6 +105,7 @@ class JobManager(JobSlots):
                         job.group = f"{ids[0]}/{hash(key)}" if key in shared else None
                         self._jobs[run_id] = job
                         self._queue.append(run_id)
+                        self.shared.add(identity(cfg), run_id)
                     self._start_worker_if_needed()
                     self._cond.notify_all()
         if closed:
@@ -87,6 +131,7 @@ class JobManager(JobSlots):
             plan = continuation.plan(self.store, run_id, steps, owner if self.limits.public else None, self.limits)
             self._admit(plan.cfg, owner)
             continuation.queue(self.store, plan)
+            self.shared.drop(run_id)  # continued: no longer what its first config asked for
             self._jobs[run_id] = _Job(run_id, owner, plan.cfg.train.steps, cfg=plan.cfg, continuing=True)
             self._queue.append(run_id)
             self._start_worker_if_needed()
@@ -130,14 +175,22 @@ class JobManager(JobSlots):
     def stop(self, run_id: str, owner: str | None = None) -> bool:
         """Dequeue a queued job ("stopped"), or ask a running one to stop at its next step.
         False if this manager does not know the run or it has finished. With `owner` given (a
-        public server), PermissionError for a live run of someone else."""
+        public server), PermissionError for a live run `owner` does not hold, and a run others hold too
+        goes on for them: `owner` is only detached from it (lab/engine/sharing.py)."""
         self.store.path(run_id)  # RunIdError for anything that is not a run id
         with self._cond:
             job = self._jobs.get(run_id)
             if job is None or job.state not in LIVE_STATES:
                 return False
-            if owner is not None and job.owner != owner:
-                raise PermissionError(f"run_id: {run_id!r} belongs to another user; you can stop only your own runs")
+            if owner is not None:  # a shared server: a holder among others only leaves the run
+                holders = self.shared.holders(run_id)
+                if owner not in holders:
+                    raise PermissionError(f"run_id: {run_id!r} belongs to another user; you can stop only your own "
+                                          "runs")
+                if len(holders) > 1:
+                    self.shared.release(run_id, owner)
+                    return True
+            self.shared.drop(run_id)
             if job.state == "running":
                 job.stop_event.set()
                 return True
@@ -152,21 +205,29 @@ class JobManager(JobSlots):
         self.store.set_status(run_id, "stopped", finished_at=now_iso())
         return True
 
-    def delete(self, run_id: str, owner: str | None = None) -> None:
-        """Delete a finished run from the store (refused while queued or running; with `owner`
-        given, PermissionError for someone else's run)."""
+    def delete(self, run_id: str, owner: str | None = None) -> list[str]:
+        """Delete a finished run from the store (refused while queued or running; with `owner` given,
+        PermissionError for a run `owner` does not hold). On a shared server a run others hold too stays
+        for them: `owner` is only detached. Returns who still holds it ([] once deleted)."""
         self.store.path(run_id)  # RunIdError for anything that is not a run id
         with self._cond:
             job = self._jobs.get(run_id)
-            if job is not None and owner is not None and job.owner != owner:  # someone else's: whatever its state
-                raise PermissionError(f"run_id: {run_id!r} belongs to another user; you can delete only your own runs")
+            if owner is not None:
+                holders = self.store.holders(run_id)
+                if owner not in holders:  # someone else's: whatever its state
+                    raise PermissionError(f"run_id: {run_id!r} belongs to another user; you can delete only your "
+                                          "own runs")
+                if len(holders) > 1:
+                    return self.shared.release(run_id, owner)
             if job is not None and job.state in LIVE_STATES:
                 raise ValueError(f"run_id: {run_id!r} is {job.state}; stop it before deleting")
+            self.shared.drop(run_id)
         self.store.delete(run_id, owner=owner)
         if self.backup is not None:
             forget(run_id, self.backup)
         with self._cond:
             self._jobs.pop(run_id, None)
+        return []
 
     def shutdown(self, wait: bool = False, stop_running: bool = True) -> None:
         """Refuse new runs; queued ones become "interrupted"; running ones are asked to stop

@@ -27,6 +27,7 @@ from lab.engine.estimate import SpeedLog, probe_capacity
 from lab.engine.limits import Limits
 from lab.engine.pool import WorkerPool
 from lab.engine.recorder import Outcome, error_line, fail_runs, outcomes
+from lab.engine.sharing import SharedRuns
 from lab.engine.store import TERMINAL_STATES, DamagedRunError, RunStore
 from lab.records import Record, StepRecord
 
@@ -111,6 +112,8 @@ class JobSlots:
         self._idle = 0
         self._closed = False
         self._speed = SpeedLog()  # measured speed of this server's jobs, for the time estimates
+        self.shared = SharedRuns(store)  # which run answers which configuration, and who holds it (lock held)
+        self._claiming = threading.Lock()  # claims one at a time (lab/engine/jobs.py claim_many)
         self.backup = backup  # a folder that outlives the disk (LAB_BACKUP_DIR): finished runs are copied there
 
     @staticmethod
@@ -239,6 +242,8 @@ class JobSlots:
                 for run_id, job in jobs.items():
                     end = ends.get(run_id, Outcome("failed", "the job's worker stopped unexpectedly"))
                     job.state, job.error = end.state, end.error
+                    if end.state != "completed":
+                        self.shared.drop(run_id)  # a failed or stopped run answers no later request
                 self._speed.end(head, all(j.state == "completed" for j in batch), time.monotonic())
                 self._forget_old()
                 self._cond.notify_all()

@@ -101,8 +101,9 @@ class RunStore(RunTensors):
         return self.path(run_id).is_dir()
 
     # ---- creation, config, status -----------------------------------------
-    def create(self, cfg: RunConfig, owner: str = "", run_id: str | None = None) -> str:
-        """Write config.json and a queued status.json in a dot-folder, then rename it in."""
+    def create(self, cfg: RunConfig, owner: str = "", run_id: str | None = None, **status_fields: Any) -> str:
+        """Write config.json and a queued status.json (with `status_fields`: its identity and code version,
+        lab/engine/sharing.py) in a dot-folder, then rename it in."""
         if not isinstance(cfg, RunConfig):
             raise ConfigError("config", f"expected a RunConfig, got {type(cfg).__name__}")
         if not isinstance(owner, str) or len(owner) > 200:
@@ -118,13 +119,19 @@ class RunStore(RunTensors):
             _atomic_write(tmp / "config.json", cfg.to_json().encode(), tag)
             created = now_iso()
             status = {"state": "queued", "owner": owner, "created_at": created, "updated_at": created,
-                      "step": 0, "error": None, **stamp(self.root)}
+                      "step": 0, "error": None, **status_fields, **stamp(self.root)}
             _atomic_write(tmp / "status.json", _dumps(status), tag)
             os.rename(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return run_id
+
+    def write_json(self, run_id: str, name: str, data: Any) -> None:
+        """Replace one small JSON file of the run's folder atomically (holders.json: lab/engine/sharing.py)."""
+        if not re.fullmatch(r"[a-z_]+\.json", name) or name in ("config.json", "status.json", "summary.json"):
+            raise ValueError(f"name: {name!r} is not a side file of a run")
+        _atomic_write(self._existing(run_id) / name, _dumps(data), temp_tag(self.root))
 
     def config(self, run_id: str) -> RunConfig:
         data = _read_json(self._existing(run_id) / "config.json")
@@ -176,7 +183,7 @@ class RunStore(RunTensors):
         reports without writing); call once at start-up. Returns their ids; a run that cannot be
         written (read-only store) is left as it is and still reads interrupted."""
         recovered = []
-        for run_id in self._run_ids():
+        for run_id in self.run_ids():
             with self._lock:
                 try:
                     status = _read_json(self._existing(run_id) / "status.json")
@@ -260,7 +267,7 @@ class RunStore(RunTensors):
         return sweep(self.root)
 
     # ---- listing and deletion -------------------------------------------------
-    def _run_ids(self) -> list[str]:
+    def run_ids(self) -> list[str]:
         """The run folders' names, sorted: not temp folders, stray files or links (never
         followed out of the store)."""
         try:
@@ -273,7 +280,7 @@ class RunStore(RunTensors):
     def list(self) -> pd.DataFrame:
         """One row per run: status columns, `damaged`, flattened config, `final.*` summary."""
         rows = []
-        for run_id in self._run_ids():
+        for run_id in self.run_ids():
             try:
                 rows.append(self._row(run_id))
             except RunNotFoundError:
@@ -308,15 +315,30 @@ class RunStore(RunTensors):
         row["damaged"] = "; ".join(p for p in problems if p)
         return row
 
+    def holders(self, run_id: str, status: dict[str, Any] | None = None) -> list[str]:
+        """Who holds the run (may stop or delete it on a shared server): holders.json, written by the job
+        manager when students attach to it (lab/engine/sharing.py), else its first starter (status owner)."""
+        try:
+            data = json.loads((self.path(run_id) / "holders.json").read_text())
+            if isinstance(data, list):
+                return [h for h in data if isinstance(h, str)]
+        except (OSError, ValueError):
+            pass
+        try:
+            status = self.status(run_id) if status is None else status
+        except (DamagedRunError, RunNotFoundError):
+            return []
+        return [str(status.get("owner") or "")]
+
     def delete(self, run_id: str, owner: str | None = None) -> None:
         """Remove a run's folder. Refuses a run queued or running in a live process, and,
-        when `owner` is given, a run that belongs to someone else."""
+        when `owner` is given, a run that `owner` does not hold (lab/engine/sharing.py)."""
         path = self._existing(run_id)
         try:
             status = self.status(run_id)
         except DamagedRunError:
             status = {}
-        if owner is not None and status.get("owner", "") != owner:
+        if owner is not None and owner not in self.holders(run_id, status):
             raise PermissionError(f"run_id: {run_id!r} belongs to another user; you can delete only your own runs")
         if status.get("state") in LIVE_STATES:
             raise ValueError(f"run_id: {run_id!r} is {status['state']}; stop it before deleting")
