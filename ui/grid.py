@@ -65,9 +65,14 @@ def launch_grid(ctx: AppContext, *args: Any) -> tuple:
     knobs, rest = args[:n_knobs], args[n_knobs:]
     cfgs = grid_configs(knobs, rest[:2 * MAX_AXES])
     runs, who = rest[2 * MAX_AXES:]
-    ids = ctx.jobs.submit_many(cfgs, owner=who if isinstance(who, str) else "")
-    text = (f"✅ **Launched {len(ids)} runs** ({', '.join(c.name for c in cfgs[:4])}"
+    claims = ctx.jobs.claim_many(cfgs, owner=who if isinstance(who, str) else "")
+    ids = list(dict.fromkeys(c.run_id for c in claims))
+    there = sum(c.attached for c in claims)
+    text = (f"✅ **Launched {len(ids) - there} runs** ({', '.join(c.name for c in cfgs[:4])}"
             f"{', …' if len(cfgs) > 4 else ''}). Compare shows them as they train.")
+    if there:  # the same configuration, seed and code: that run's result, not a copy (lab/engine/sharing.py)
+        text += (f" {there} of the grid's {len(claims)} configurations were already trained, training or queued on "
+                 "this server: you see those runs (same configuration, same seed) instead of copies.")
     return GridLaunch(preview=text, my_runs=remember_runs(runs, ids), **opening(ctx, ids)).values()
 
 

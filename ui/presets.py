@@ -22,6 +22,8 @@ import gradio as gr
 
 from lab.config import RunConfig
 from lab.engine.estimate import Estimate
+from lab.engine.identity import class_seed, fresh_seed, seeded
+from lab.engine.sharing import class_runs, describe_claim
 from lab.teach.presets import PRESETS, Preset
 from lab.engine.store import FINISHED_STATES, LIVE_STATES  # a stopped run has its final evaluation
 from lab.engine.storefs import DamagedRunError, RunIdError, RunNotFoundError
@@ -146,7 +148,8 @@ def status(ctx: AppContext, last: Any) -> tuple[str, bool]:
             done += 1
             if summary:
                 results[name] = run_result(ctx.store, r, summary, wanted(preset, name))
-    head = f"**{preset.title}**: {done} of {expected} runs done"
+    note = last.get("note") if isinstance(last.get("note"), str) else ""
+    head = (f"🔁 {note[:400]}\n\n" if note else "") + f"**{preset.title}**: {done} of {expected} runs done"
     if live:
         return head + " (training…). The explanation appears here when all have finished.", True
     return f"{head}. {preset.explain(results)}", False
@@ -154,9 +157,22 @@ def status(ctx: AppContext, last: Any) -> tuple[str, bool]:
 
 def compare_note(ctx: AppContext, last: Any, run_ids: list[str]) -> str:
     """Compare's note above the curves: the last preset's progress or explanation while exactly its runs
-    are picked, else nothing (its sentence never stands above other runs' curves)."""
+    are picked (with "my own seed", its runs and the class's), else nothing (its sentence never stands above
+    other runs' curves)."""
     _, ids = last_runs(ctx, last)
-    return status(ctx, last)[0] if ids and set(ids) == set(run_ids) else ""
+    pooled = isinstance(last, dict) and last.get("class") is True
+    if not ids or not (set(ids) == set(run_ids) or pooled and set(ids) <= set(run_ids)):
+        return ""
+    return status(ctx, last)[0]
+
+
+def shown_runs(ctx: AppContext, preset: Preset, ids: list[str], pooled: bool) -> list[str]:
+    """The runs Compare opens on: the preset's, and with "my own seed" every class run of its configurations
+    (one band per configuration: the class's band)."""
+    if not pooled:
+        return ids
+    mine = [ctx.store.config(r) for r in ids]
+    return ids + [r for r in class_runs(ctx.store, mine) if r not in ids]
 
 
 @dataclass(frozen=True)
@@ -174,13 +190,36 @@ class PresetLaunch(Outputs):
 
 
 @errors_as_messages
-def run_preset(ctx: AppContext, preset: Preset, runs: Any, who: Any) -> tuple:
-    """Start every run of `preset`, remember them, and open Compare on them with the preset's curve."""
-    ids = ctx.jobs.submit_many(list(preset.runs), owner=who if isinstance(who, str) else "")
-    last = {"key": preset.key, "run_ids": ids}
+def run_preset(ctx: AppContext, preset: Preset, runs: Any, who: Any, own: Any = False) -> tuple:
+    """Ask for every run of `preset` (the runs already on this server for the same configurations, else new
+    ones: lab/engine/sharing.py), remember them, and open Compare on them with the preset's curve. With `own`
+    ("My own seed") they train the student's own seed and Compare pools the class's runs."""
+    owner = who if isinstance(who, str) else ""
+    seed = class_seed(owner) if own is True else None
+    return launch(ctx, preset, runs, owner, seed, "class" if own is True else "")
+
+
+@errors_as_messages
+def run_again(ctx: AppContext, last: Any, runs: Any, who: Any) -> tuple:
+    """"Train again with a new seed": the last preset's runs, each with one new random seed."""
+    preset, _ = last_runs(ctx, last)
+    if preset is None:
+        raise gr.Error("No preset has been run from this browser yet: click a preset first.")
+    return launch(ctx, preset, runs, who if isinstance(who, str) else "", fresh_seed())
+
+
+def launch(ctx: AppContext, preset: Preset, runs: Any, owner: str, seed: int | None, seed_from: str = "") -> tuple:
+    cfgs = [c if seed is None else seeded(c, seed) for c in preset.runs]
+    claims = ctx.jobs.claim_many(cfgs, owner=owner, seed_from=seed_from)
+    ids = [c.run_id for c in claims]
+    attached = [c for c in claims if c.attached]
+    last = {"key": preset.key, "run_ids": ids, **({"class": True} if seed_from == "class" else {}),
+            **({"note": describe_claim(attached[0]) + (" Click 🎲 *Train again with a new seed* for a run of your "
+                                                       "own.")} if attached else {})}
     text, live = status(ctx, last)
     return PresetLaunch(last=last, my_runs=remember_runs(runs, ids), status=text, timer=gr.Timer(active=live),
-                        **compare_opening(ctx, ids, preset.metric)).values()
+                        **compare_opening(ctx, shown_runs(ctx, preset, ids, seed_from == "class"),
+                                          preset.metric)).values()
 
 
 @errors_as_messages
@@ -201,7 +240,8 @@ def show_preset(ctx: AppContext, last: Any) -> tuple:
     preset, ids = last_runs(ctx, last)
     if preset is None or not ids:
         raise gr.Error("No preset has been run from this browser yet (or its runs were deleted).")
-    return Opened(**compare_opening(ctx, ids, preset.metric)).values()
+    pooled = isinstance(last, dict) and last.get("class") is True
+    return Opened(**compare_opening(ctx, shown_runs(ctx, preset, ids, pooled), preset.metric)).values()
 
 
 @errors_as_messages
@@ -217,6 +257,8 @@ class PresetsTab:
     timer: gr.Timer
     buttons: dict[str, gr.Button]
     show: gr.Button
+    again: gr.Button
+    own_seed: gr.Checkbox
     on_load: Callable
     ctx: AppContext
     tab: gr.Tab
@@ -229,8 +271,10 @@ class PresetsTab:
         ctx, opens = self.ctx, compare.opener(tabs)
         outputs = PresetLaunch.wired(self, my_runs=my_runs, **opens)
         for key, button in self.buttons.items():
-            button.click(partial(run_preset, ctx, PRESETS[key]), inputs=[my_runs, owner], outputs=outputs,
-                         api_name=f"preset_{key}")
+            button.click(partial(run_preset, ctx, PRESETS[key]), inputs=[my_runs, owner, self.own_seed],
+                         outputs=outputs, api_name=f"preset_{key}")
+        self.again.click(partial(run_again, ctx), inputs=[self.last, my_runs, owner], outputs=outputs,
+                         api_name="preset_again")
         self.timer.tick(partial(preset_progress, ctx), inputs=self.last, outputs=[self.status, self.timer],
                         api_name="preset_poll", show_progress="hidden")
         self.show.click(partial(show_preset, ctx), inputs=self.last, outputs=Opened.wired(**opens),
@@ -255,6 +299,12 @@ def build_presets_tab(ctx: AppContext, last: gr.BrowserState) -> PresetsTab:
         with gr.Row():
             status_md = gr.Markdown("", elem_id="preset-status")
             show = gr.Button("Show the last preset in Compare", size="sm", scale=0, elem_id="preset-show")
+            again = gr.Button("🎲 Train the last preset again with a new seed", size="sm", scale=0,
+                              elem_id="preset-again")
+        own_seed = gr.Checkbox(False, label="My own seed", elem_id="preset-own-seed",
+                               info="Each student trains a seed of their own: Compare draws the class's runs of each "
+                                    "configuration as one band. Off: everyone who clicks a preset watches the same "
+                                    "runs, trained once on this server.")
         buttons, card_mds = {}, []
         for p, text in zip(PRESETS.values(), cards(ctx, results=False)):  # results: when the tab is opened
             with gr.Group():
@@ -262,4 +312,5 @@ def build_presets_tab(ctx: AppContext, last: gr.BrowserState) -> PresetsTab:
                 buttons[p.key] = gr.Button(f"Run “{p.title}”", variant="primary", size="sm",
                                            elem_id=f"preset-{p.key}")
         timer = gr.Timer(POLL_S, active=False)
-    return PresetsTab(last, status_md, timer, buttons, show, partial(preset_restored, ctx), ctx, tab, card_mds)
+    return PresetsTab(last, status_md, timer, buttons, show, again, own_seed, partial(preset_restored, ctx), ctx, tab,
+                      card_mds)

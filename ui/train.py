@@ -20,7 +20,7 @@ from ui.live import ACC_TITLE, FrameCache, live_frames
 from ui.share import build_share_panel
 from ui.textfile import build_text_upload, text_box_shown
 from ui.train_events import (NO_RUN, ContinueOut, DeleteOut, PollOut, StartOut, TrainView, describe, knob_values,
-                             load_handler, load_outputs, on_continue, on_delete, on_delete_ask, on_poll, on_start,
+                             load_handler, load_outputs, on_again, on_continue, on_delete, on_delete_ask, on_poll, on_start,
                              on_stop, problem, remembered, validate)
 
 __all__ = ["TrainTab", "build_train_tab", "describe", "problem", "validate"]
@@ -54,6 +54,12 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                     start = gr.Button("Start", variant="primary", elem_id="start-btn", interactive=False)
                     stop = gr.Button("Stop", variant="stop", elem_id="stop-btn")
                     delete = gr.Button("Delete run", variant="secondary", elem_id="delete-btn")
+                # a class shares one training per configuration (lab/engine/sharing.py): when Start finds the
+                # run already here, the note says so and this button trains the same knobs with a new seed
+                again = gr.Button("🎲 Train again with a new seed", size="sm", visible=False, elem_id="again-btn")
+                own_seed = gr.Checkbox(False, label="My own seed", elem_id="own-seed",
+                                       info="Train with a seed of your own, different from everyone else's in the "
+                                            "class: Compare draws the class's runs of one configuration as one band.")
                 # on a ZeroGPU Space: train in GPU chunks paid by this user's GPU quota (ui/gpu.py)
                 gpu_btn = gr.Button("⚡ Train on GPU", variant="primary", elem_id="gpu-btn", visible=gpu_available())
                 # what a refused Start, Stop or Delete says, next to the buttons; cleared by the next knob
@@ -82,7 +88,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
         # inside the tab: a component made directly under gr.Tabs is taken for a tab, and every tab header
         # after it shows the wrong label
         seen = gr.State({})  # what this page's last poll sent (ui/live.py)
-    view = TrainView(widgets, summary, start, note, confirm_row, confirm_text, run_pick, progress, more, cont_note,
+    view = TrainView(widgets, summary, start, again, own_seed, note, confirm_row, confirm_text, run_pick, progress, more, cont_note,
                      loss_plot, acc_plot, timer, seen, grid, my_runs, owner)
     wire_knob_changes(ctx, view, text_parts)
     wire_train_tab(ctx, view, {"stop": stop, "delete": delete, "gpu": gpu_btn, "continue": cont,
@@ -102,8 +108,12 @@ def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button])
           api_name="validate", show_progress="hidden", preprocess=False)  # API only: see wire_knob_changes
     gr.on(changes, None, outputs=v.note, js="() => ''", show_progress="hidden", api_name="clear_start_note",
           queue=False)  # a changed knob may be what a refused Start named: its note goes (in the browser)
-    v.start.click(with_api_params(partial(on_start, ctx), names + ["my_runs", "owner"]),
-                  inputs=inputs + [v.my_runs, v.owner], outputs=StartOut.wired(v), api_name="start", preprocess=False,
+    started = StartOut.wired(v, seed=v.widgets["train.seed"])
+    v.start.click(with_api_params(partial(on_start, ctx), names + ["my_runs", "owner", "own_seed"]),
+                  inputs=inputs + [v.my_runs, v.owner, v.own_seed], outputs=started, api_name="start",
+                  preprocess=False, show_progress_on=[v.note])
+    v.again.click(with_api_params(partial(on_again, ctx), names + ["my_runs", "owner"]),
+                  inputs=inputs + [v.my_runs, v.owner], outputs=started, api_name="start_new_seed", preprocess=False,
                   show_progress_on=[v.note])
     wire_gpu_button(ctx, buttons["gpu"], inputs + [v.my_runs, v.owner], partial(remembered, ctx), v,
                     lambda vals: config_from_values(knob_values(vals)), problem, names + ["my_runs", "owner"])

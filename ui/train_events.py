@@ -11,8 +11,10 @@ import gradio as gr
 
 from lab.config import RECURRENT, ConfigError, RunConfig, in_words
 from lab.engine.continuation import checkpoint_step
+from lab.engine.identity import class_seed, fresh_seed, seeded
 from lab.engine.jobs import JobManager
 from lab.engine.limits import Limits, check_config, valid_owner
+from lab.engine.sharing import describe_claim
 from lab.engine.store import TERMINAL_STATES, DamagedRunError, RunNotFoundError
 from lab.fields import shown
 from lab.params import param_breakdown
@@ -35,6 +37,8 @@ class TrainView:
     widgets: dict[str, gr.components.Component]
     summary: gr.Markdown
     start: gr.Button
+    again: gr.Button  # "Train again with a new seed", shown when Start attached to a run already there
+    own_seed: gr.Checkbox  # "My own seed": each student's Start trains their own seed (lab/engine/identity.py)
     note: gr.Markdown
     confirm_row: gr.Row
     confirm_text: gr.Markdown
@@ -58,6 +62,8 @@ class StartOut(Outputs):
     progress: Any = kept()
     timer: Any = kept()
     note: Any = kept()
+    again: Any = kept()
+    seed: Any = kept()  # the Seed knob: the seed a class seed or a new seed trains with
 
 
 @dataclass(frozen=True)
@@ -157,17 +163,36 @@ def shown_run(ctx: AppContext, run_id: Optional[str], verb: str) -> str:
 
 @errors_as_messages
 def on_start(ctx: AppContext, *args: Any) -> tuple:
-    """Submit the run; a refused config or a server limit answers in the note beside Start (naming the
-    knob by its label) and leaves everything else on the page as it was."""
+    """Start the knobs' run: the run already on this server for the same configuration (the note says so and
+    offers a new seed), else a new one. "My own seed" (the last input) trains the student's own seed. A
+    refused config or a server limit answers in the note beside Start (naming the knob by its label) and
+    leaves everything else on the page as it was."""
+    *vals, runs, who, own = args
+    return start_run(ctx, tuple(vals), runs, who, class_seed(who) if own is True and isinstance(who, str) else None,
+                     "class" if own is True else "")
+
+
+@errors_as_messages
+def on_again(ctx: AppContext, *args: Any) -> tuple:
+    """"Train again with a new seed": the knobs' run with a fresh random seed (shown in the Seed knob)."""
     *vals, runs, who = args
+    return start_run(ctx, tuple(vals), runs, who, fresh_seed())
+
+
+def start_run(ctx: AppContext, vals: tuple, runs: Any, who: Any, seed: Optional[int] = None,
+              seed_from: str = "") -> tuple:
     try:
-        cfg = config_from_values(knob_values(tuple(vals)))
-        run_id = ctx.jobs.submit(cfg, owner=who if isinstance(who, str) else "")
+        cfg = config_from_values(knob_values(vals))
+        cfg = cfg if seed is None else seeded(cfg, seed)
+        claim = ctx.jobs.claim_many([cfg], owner=who if isinstance(who, str) else "", seed_from=seed_from)[0]
     except ConfigError as exc:
         return StartOut(note=problem(exc)).values()
-    runs = remembered(ctx, runs, run_id)
-    return StartOut(run_pick=gr.Dropdown(choices=runs, value=run_id), my_runs=runs,
-                    progress=progress_text(ctx, run_id)[1], timer=gr.Timer(active=True), note="").values()
+    runs = remembered(ctx, runs, claim.run_id)
+    note = f"🔁 {describe_claim(claim)}" if claim.attached else ""
+    return StartOut(run_pick=gr.Dropdown(choices=runs, value=claim.run_id), my_runs=runs,
+                    progress=progress_text(ctx, claim.run_id)[1], timer=gr.Timer(active=True), note=note,
+                    again=gr.Button(visible=claim.attached),
+                    seed=gr.skip() if seed is None else seed).values()
 
 
 @errors_as_messages
@@ -207,6 +232,10 @@ def on_stop(ctx: AppContext, run_id: Optional[str], who: Optional[str]) -> str:
         ok = ok or stop_gpu_run(ctx, run_id)  # a run training in GPU chunks: no job manager knows it
     if not ok:
         gr.Info("That run has already finished.")
+    elif acting is not None and acting not in ctx.jobs.holders(run_id):
+        others = len(ctx.jobs.holders(run_id))
+        gr.Info(f"You left this run; it goes on for the {others} other{'s' if others != 1 else ''} in the class "
+                "who started it too.")
     return progress_text(ctx, run_id)[1]
 
 
@@ -240,10 +269,12 @@ def on_delete(ctx: AppContext, run_id: Optional[str], runs: Optional[list], who:
     """Delete the shown run (only one's own on a public server); show the next remembered run that exists."""
     run_id = shown_run(ctx, run_id, "delete")
     with permission():
-        ctx.jobs.delete(run_id, owner=acting_owner(ctx, who))
+        holders = ctx.jobs.delete(run_id, owner=acting_owner(ctx, who))
     left = [r for r in own_runs(ctx, runs) if r != run_id and ctx.store.exists(r)]
+    said = (f"🗑️ Removed run {run_id} from your runs. {len(holders)} other{'s' if len(holders) != 1 else ''} in the "
+            "class hold it too, so it stays on this server for them." if holders else f"🗑️ Deleted run {run_id}.")
     return DeleteOut(run_pick=gr.Dropdown(choices=left, value=left[0] if left else None), my_runs=left,
-                     progress=f"🗑️ Deleted run {run_id}.", confirm_row=gr.Row(visible=False),
+                     progress=said, confirm_row=gr.Row(visible=False),
                      seen={"deleted": run_id}).values()
 
 

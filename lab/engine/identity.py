@@ -16,8 +16,10 @@ same code, lets the asker watch that run instead of training a copy (lab/engine/
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import hashlib
+import secrets
 from pathlib import Path
 
 from lab.config import RunConfig
@@ -56,3 +58,13 @@ def identity(cfg: RunConfig, version: str | None = None) -> str:
 def class_seed(owner: str) -> int:
     """A student's own seed, from their user token: 1 to SEED_RANGE, the same on every click."""
     return 1 + int(hashlib.sha256(f"class-seed:{owner}".encode()).hexdigest()[:12], 16) % SEED_RANGE
+
+
+def fresh_seed() -> int:
+    """A new random seed, 1 to SEED_RANGE ("Train again with a new seed")."""
+    return 1 + secrets.randbelow(SEED_RANGE)
+
+
+def seeded(cfg: RunConfig, seed: int) -> RunConfig:
+    """`cfg` with `seed` as its train.seed."""
+    return dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, seed=seed))

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from lab.config import ConfigError
-from lab.engine.identity import code_version, identity
+from lab.config import ConfigError, RunConfig
+from lab.engine.identity import code_version, identity, seeded
 from lab.engine.store import RunStore
 from lab.engine.storefs import DamagedRunError, RunNotFoundError
 
@@ -134,3 +134,21 @@ def describe_claim(claim: Claim, now_date: str = "") -> str:
     return (f"This configuration {what} on a GPU ({claim.device}): the same configuration and seed, though a GPU "
             "does not give the same numbers bit for bit.")
 
+
+
+def class_runs(store: RunStore, cfgs: list[RunConfig]) -> list[str]:
+    """The class's runs of these configurations: every run started with "my own seed" (status seed_from
+    "class") whose config is one of `cfgs` but for the seed, and that has not failed; oldest first. Compare
+    draws each configuration's as one band (the class's band)."""
+    wanted = {seeded(c, 0) for c in cfgs}
+    found = []
+    for run_id in store.run_ids():
+        try:
+            status = store.status(run_id)
+            if status.get("seed_from") != "class" or status.get("state") in ("failed", "interrupted"):
+                continue
+            if seeded(store.config(run_id), 0) in wanted:
+                found.append((str(status.get("created_at") or ""), run_id))
+        except (RunNotFoundError, DamagedRunError, OSError):
+            continue
+    return [run_id for _, run_id in sorted(found)]

@@ -48,7 +48,9 @@ FINISHED_STATES = ("completed", "stopped")  # ended with a final evaluation (a s
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _RECORD_KINDS = {StepRecord: "train", EvalRecord: "eval"}
 _METRIC_COLUMNS = list(dict.fromkeys(["kind", "step", *(f.name for r in _RECORD_KINDS for f in dataclasses.fields(r))]))
-_BASE_COLUMNS = ["run_id", "state", "owner", "created_at", "updated_at", "step", "error", "damaged"]
+_BASE_COLUMNS = ["run_id", "state", "owner", "created_at", "updated_at", "step", "error", "damaged",
+                 "seed_from", "code_version"]  # the last two: a class seed, the code that trained it (sharing.py)
+_STATUS_COLUMNS = frozenset(_BASE_COLUMNS) - {"run_id", "damaged"}
 _MAX_OPEN_HANDLES = 64
 
 
@@ -295,7 +297,7 @@ class RunStore(RunTensors):
         row: dict[str, Any] = {"run_id": run_id}
         problems = []
         for part in (
-            lambda: {k: v for k, v in self.status(run_id).items() if k in _BASE_COLUMNS[1:7]},
+            lambda: {k: v for k, v in self.status(run_id).items() if k in _STATUS_COLUMNS},
             lambda: flatten(self.config(run_id)),
             lambda: _flatten_summary("final.", self.summary(run_id) or {}, {}),
         ):

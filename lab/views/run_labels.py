@@ -157,7 +157,8 @@ def label_groups(groups: Mapping[tuple, list[str]], rows: Mapping[str, Mapping[s
     """Names of groups of seed repeats (key: ((column, value), ...) of the config fields that differ
     between groups, as lab.engine.grid.group_runs; `rows`: their runs' listing rows), their runs' labels
     without the seed: the runs' own name when they share one, the same fields for runs without a name
-    ('rope pre-LN (2 seeds)' for 'rope pre-LN s1 (a1b2c3)'), else the values that tell the groups apart."""
+    ('rope pre-LN (2 seeds)' for 'rope pre-LN s1 (a1b2c3)'), else the values that tell the groups apart. A group
+    of runs started with "my own seed" is the class's band: '2 layers (class: 12 students)'."""
     names, _, cols, more = _naming(rows) if len(rows) > 1 else ({}, [], [], False)
     keys = {key: dict(key) for key in groups}
     columns = _varied(keys, _ordered([c for c, _ in next(iter(groups), ())]))
@@ -173,5 +174,9 @@ def label_groups(groups: Mapping[tuple, list[str]], rows: Mapping[str, Mapping[s
             label = _parts(rows[members[0]], [c for c in cols if c != "train.seed"], more)
         else:
             label = _parts(keys[key], told, other)
-        out[key] = f"{label or 'all runs'} ({len(members)} seed{'s' if len(members) != 1 else ''})"
+        n = len(members)
+        if all(rows[r].get("seed_from") == "class" for r in members):  # "my own seed": one run a student
+            out[key] = f"{label or 'all runs'} (class: {n} student{'s' if n != 1 else ''})"
+        else:
+            out[key] = f"{label or 'all runs'} ({n} seed{'s' if n != 1 else ''})"
     return out
