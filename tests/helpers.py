@@ -491,3 +491,38 @@ def read_back(project: str, trackio_dir: Path) -> dict:
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+# ---- lesson bundles -----------------------------------------------------------------------------------
+
+def short_training(steps: int = 3) -> Callable[..., "TrainResult"]:
+    """The real trainer, cut to `steps` steps (an evaluation and a snapshot at the end): a run stored under its
+    full config with real weights and attention snapshots, in a fraction of a second."""
+    from lab.trainer import train
+
+    def trained(cfg: RunConfig, *args: Any, **kwargs: Any) -> "TrainResult":
+        short = dataclasses.replace(cfg.train, steps=steps, eval_every=steps, eval_samples=min(cfg.train.eval_samples, 64))
+        return train(dataclasses.replace(cfg, train=short), *args, **kwargs)
+    return trained
+
+
+def preset_bundle(folder: Path, keys: list[str], steps: int = 3) -> Path:
+    """A lesson bundle of these presets' runs (lab/engine/bundle.py), each trained `steps` steps under its
+    preset's config: what `python -m lab bundle` writes, in seconds instead of the lesson's minutes."""
+    from lab.engine.bundle import write_bundle
+    from lab.engine.jobs import JobManager
+    from lab.engine.store import RunStore
+    from lab.teach.presets import PRESETS
+
+    store = RunStore(folder / "bundle-runs")
+    jobs = JobManager(store, max_concurrent=1, train_fn=short_training(steps))
+    try:
+        claims = jobs.claim_many([cfg for key in keys for cfg in PRESETS[key].runs])
+        ids = list(dict.fromkeys(c.run_id for c in claims))
+        for run_id in ids:
+            assert jobs.wait(run_id, 600).state == "completed", store.status(run_id)
+    finally:
+        jobs.shutdown(wait=True)
+    write_bundle(store, ids, folder / "lesson.zip", keys)
+    store.close()
+    return folder / "lesson.zip"

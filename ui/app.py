@@ -16,6 +16,7 @@ import gradio as gr
 
 from lab.config import ConfigError
 from lab.engine.backup import backup_dir, restore
+from lab.engine.bundle import bundle_paths, load_bundles
 from lab.device import set_threads
 from lab.engine.environment import default_queue_size, detect
 from lab.engine.jobs import SPARE_DELAY_S, JobManager
@@ -115,6 +116,8 @@ def main() -> None:
         print(f"Restored {len(back.runs)} run(s) from {backup}" + (
             f"; {len(back.incomplete)} incomplete backup(s) left for the next start" if back.incomplete else ""),
             flush=True)
+    for line in load_bundles(store, bundle_paths(backup=backup)):  # LAB_BUNDLE: a lesson's runs, trained before
+        print(line, flush=True)
     interrupted = store.recover()  # runs whose process died (a crashed server) are recorded as interrupted
     print(f"Running on {detect().describe()}", flush=True)  # slots, threads, batching, queue: one line
     # the server computes only small views (Inspect, Learn, interventions): one torch thread, so that on a

@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 import pandas as pd
 
 from lab.engine.limits import thin
+from lab.engine.sharing import provenance
 from lab.tasks import get_task
 from lab.taskshapes import headline_metrics
 from lab.teach.loss_reading import headline_sentence, overfitting_sentence
@@ -191,4 +192,6 @@ def progress_text(ctx: AppContext, run_id: str) -> tuple[str, str]:
     if st.state == "failed":
         return st.state, f"❌ **Failed**: {st.error}"
     icon = {"completed": "✅", "stopped": "⏹️", "interrupted": "⚠️"}.get(st.state, "")
-    return st.state, f"{icon} **{st.state.capitalize()}** after {st.step} steps{wall}.{res.rstrip()}"
+    origin = provenance(ctx.store.status(run_id))  # a lesson bundle's run, or another lab version's
+    return st.state, (f"{icon} **{st.state.capitalize()}** after {st.step} steps{wall}.{res.rstrip()}"
+                      + (f" *{origin}*" if origin else ""))

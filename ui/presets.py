@@ -23,7 +23,7 @@ import gradio as gr
 from lab.config import RunConfig
 from lab.engine.estimate import Estimate
 from lab.engine.identity import class_seed, fresh_seed, seeded
-from lab.engine.sharing import class_runs, describe_claim
+from lab.engine.sharing import class_runs, describe_claim, provenance
 from lab.teach.presets import PRESETS, Preset
 from lab.engine.store import FINISHED_STATES, LIVE_STATES  # a stopped run has its final evaluation
 from lab.engine.storefs import DamagedRunError, RunIdError, RunNotFoundError
@@ -106,7 +106,14 @@ def last_result(ctx: AppContext, preset: Preset, runs: dict[str, tuple[str, str]
         while len(_RESULTS) > 64:
             _RESULTS.pop(next(iter(_RESULTS)))
     when = max(updated for _, updated in runs.values())[:16].replace("T", " ")
-    return f"**Last result on this server** (finished by {when} UTC): {_RESULTS[key]}"
+    origins = set()
+    for run_id, _ in runs.values():
+        try:
+            origins.add(provenance(ctx.store.status(run_id)))
+        except (RunNotFoundError, DamagedRunError):
+            continue
+    origin = " ".join(f"*{o}*" for o in sorted(origins) if o)
+    return f"**Last result on this server** (finished by {when} UTC): {_RESULTS[key]}" + (f" {origin}" if origin else "")
 
 
 def last_runs(ctx: AppContext, last: Any) -> tuple[Preset | None, list[str]]:

@@ -1,6 +1,6 @@
 """Command line: `python -m lab train|resume|list|show`, `ablate|sample` (lab/cli/probe.py), `publish`
-(lab/cli/publish.py), `sweep` (lab/cli/sweep.py), `preset` (lab/cli/preset.py) and `heads`
-(lab/cli/circuits.py).
+(lab/cli/publish.py), `sweep` (lab/cli/sweep.py), `preset` (lab/cli/preset.py), `bundle` (lab/cli/bundle.py)
+and `heads` (lab/cli/circuits.py).
 
 `train ... --stop-at K` stops the run at step K of its schedule as a Stop click would (status stopped, its
 checkpoint written); `resume RUN_ID [--steps N]` continues a stored run from its checkpoint in its own
@@ -24,7 +24,8 @@ import threading
 import time
 from typing import Any, Mapping, NoReturn, Optional, Sequence, TextIO
 
-from lab.cli import circuits as cli_circuits, preset as cli_preset, probe as cli_probe, publish as cli_publish
+from lab.cli import bundle as cli_bundle, circuits as cli_circuits, preset as cli_preset, probe as cli_probe
+from lab.cli import publish as cli_publish
 from lab.cli import sweep as cli_sweep
 from lab.config import TASK_NAMES, ConfigError, RunConfig, declared_fields
 from lab.derived import LENGTHS, N_CTX, default_lengths, resolve, stated_in
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_publish.add_publish_command(sub)
     cli_sweep.add_sweep_command(sub, add_config_flags)
     cli_preset.add_preset_command(sub)
+    cli_bundle.add_bundle_command(sub)
     cli_circuits.add_parsers(sub)
     return p
 
@@ -332,7 +334,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         commands = {"train": cmd_train, "resume": cmd_resume, "list": cmd_list, "show": cmd_show,
                     **cli_probe.commands(open_store), **cli_publish.commands(open_store),
-                    **cli_sweep.commands(open_store, config_from_args), **cli_preset.commands(open_store),
+                    **cli_sweep.commands(open_store, config_from_args), **cli_preset.commands(open_store), **cli_bundle.commands(open_store),
                     **cli_circuits.commands(open_store)}
         return commands[args.cmd](args)
     except ConfigError as exc:

@@ -88,12 +88,14 @@ def cmd_sweep(args: argparse.Namespace, open_store: Callable[[Optional[str]], An
     return 1 if any(r["state"] == "failed" for r in runs) else 0
 
 
-def run_all(jobs: Any, store: Any, cfgs: list[RunConfig]) -> list[str]:
+def run_all(jobs: Any, store: Any, cfgs: list[RunConfig], reuse: bool = False) -> list[str]:
     """Submit every config, follow them to their ends (a line each on stderr) and shut the jobs down; Ctrl-C
-    stops them all, each keeping what it learned. The runs' ids, in the configs' order."""
+    stops them all, each keeping what it learned. The runs' ids, in the configs' order. With `reuse`, a config
+    the store has completed with this code is that run, not a new one (lab/engine/sharing.py)."""
     stop_all = _on_interrupt(jobs)
     try:
-        ids = jobs.submit_many(cfgs, owner="cli")
+        ids = ([c.run_id for c in jobs.claim_many(cfgs, owner="cli")] if reuse
+               else jobs.submit_many(cfgs, owner="cli"))
         stop_all.ids = ids
         _follow(jobs, store, ids, cfgs)
     finally:

@@ -38,13 +38,13 @@ def backup_dir(env: Optional[dict[str, str]] = None) -> Optional[Path]:
     return Path(value).expanduser() if value else None
 
 
-def _files(folder: Path) -> list[Path]:
+def run_files(folder: Path) -> list[Path]:
     """A run folder's files (nested too), not temp files (a name starting with '.') nor the manifest."""
     return sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and p.name != MANIFEST
                   and not any(part.startswith(".") for part in p.relative_to(folder).parts))
 
 
-def _entry(data: bytes) -> dict[str, object]:
+def file_entry(data: bytes) -> dict[str, object]:
     return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
@@ -71,10 +71,10 @@ def backup_run(store: RunStore, run_id: str, dest: Path) -> bool:
     target = dest / run_id
     before = read_manifest(target) or {}
     files = {}
-    for path in _files(src):
+    for path in run_files(src):
         rel = path.relative_to(src).as_posix()
         data = path.read_bytes()
-        files[rel] = _entry(data)
+        files[rel] = file_entry(data)
         if before.get(rel) != files[rel]:
             _write_once(target / rel, data)
     if before == files:
@@ -115,7 +115,7 @@ def _verified(folder: Path) -> Optional[dict[str, bytes]]:
             data = path.read_bytes()
         except OSError:
             return None
-        if _entry(data) != want:
+        if file_entry(data) != want:
             return None
         out[rel] = data
     return out

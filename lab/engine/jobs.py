@@ -64,7 +64,7 @@ class JobManager(JobSlots):
         device = str((summary or {}).get("device") or ("cuda" if detect().cuda else "cpu"))
         return Claim(run_id, attached=True, state=job.state if job is not None else str(status.get("state")),
                      trained_at=str(status.get("created_at") or ""), device=device,
-                     code_version=str(status.get("code_version") or ""))
+                     code_version=str(status.get("code_version") or ""), bundle=str(status.get("bundle") or ""))
 
     def holders(self, run_id: str) -> list[str]:
         """Who holds the run: its first starter and every student attached to it (lab/engine/sharing.py)."""

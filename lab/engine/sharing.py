@@ -39,6 +39,7 @@ class Claim:
     trained_at: str = ""  # ISO time the run was created (queued) on this server or in its bundle
     device: str = ""  # where it trained ("cpu", "cuda:0"); "" while it has not finished
     code_version: str = ""
+    bundle: str = ""  # the lesson bundle it came from (lab/engine/bundle.py), if any
 
     @property
     def same_result(self) -> bool:
@@ -126,6 +127,8 @@ def describe_claim(claim: Claim, now_date: str = "") -> str:
     at = f" at {when} UTC" + (f" on {day}" if day and day != now_date else "") if when else ""
     if claim.state in ("queued", "running"):
         what = f"is {'training' if claim.state == 'running' else 'queued'} on this server (started{at})"
+    elif claim.bundle:
+        what = f"was trained for this lesson{at} (the lesson bundle {claim.bundle})"
     else:
         what = f"was trained on this server{at}"
     if claim.same_result:
@@ -152,3 +155,17 @@ def class_runs(store: RunStore, cfgs: list[RunConfig]) -> list[str]:
         except (RunNotFoundError, DamagedRunError, OSError):
             continue
     return [run_id for _, run_id in sorted(found)]
+
+
+def provenance(status: dict) -> str:
+    """Where a stored run came from, when that is not this server's code: a lesson bundle
+    (lab/engine/bundle.py), another version of the lab. "" for a run this code trained here."""
+    bundle, version = status.get("bundle"), status.get("code_version")
+    other = isinstance(version, str) and version and version != code_version()
+    if not bundle and not other:
+        return ""
+    text = f"From the lesson bundle {bundle}" if bundle else "Trained"
+    if other:
+        text += f"{',' if bundle else ''} trained by another version of the lab ({version}; this server runs " \
+                f"{code_version()})"
+    return text + "."
