@@ -4,6 +4,7 @@
     python benchmarks/classroom_load.py --users 10 --minutes 2 --json
     python benchmarks/classroom_load.py --write-results      # also update benchmarks/RESULTS.md
     python benchmarks/classroom_load.py --light              # polls over plain HTTP, as a browser
+    python benchmarks/classroom_load.py --preset induction --before   # a class clicks one preset (classroom_preset.py)
 
 It starts `python app.py` with LAB_PUBLIC=1 (lab/engine/limits.py) and a temporary LAB_RUNS_DIR. Users
 arrive over --ramp-s seconds; each clicks Start (every third three times, over the per-user limit of 2;
@@ -36,6 +37,7 @@ from results import RESULTS, free_port, write_block  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 START, END = "<!-- classroom_load:start -->", "<!-- classroom_load:end -->"
+PRESET_START, PRESET_END = "<!-- classroom_preset:start -->", "<!-- classroom_preset:end -->"
 SMALL = {"task": "copy", "max_len": 4, "d_model": 32, "n_heads": 2, "n_layers": 2, "steps": 100}
 TIMEOUT_S = 60.0
 DRAIN_S = 120.0  # after the class time, users keep polling their unfinished runs this long
@@ -287,15 +289,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--light", action="store_true", help="poll over plain HTTP (benchmarks/light_client.py)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.add_argument("--write-results", action="store_true", help=f"update the classroom section of {RESULTS.name}")
+    p.add_argument("--preset", metavar="KEY", help="the class clicks this preset instead (benchmarks/classroom_preset.py)")
+    p.add_argument("--before", action="store_true", help="with --preset: also the class with run sharing off")
     args = p.parse_args(argv)
     if args.users < 1 or args.minutes <= 0 or args.poll_s <= 0:
         p.error("--users, --minutes and --poll-s must be positive")
+    if args.preset:
+        return preset_main(args)
     result = simulate(args.users, args.minutes, args.poll_s, args.ramp_s, args.light)
     print(json.dumps(result) if args.json else table(result))
     if args.write_results:
         write_results(result)
     ok = result["errors"] == 0 and result["runs_unfinished"] == 0 and result["runs_other"] == 0
     return 0 if ok else 1
+
+
+def preset_main(args: argparse.Namespace) -> int:
+    """--preset: N students click one preset (one student alone, the class with sharing on, and off)."""
+    from classroom_preset import preset_class, preset_table
+
+    result = preset_class(args.users, args.preset, args.ramp_s, args.before, args.minutes * 60 + DRAIN_S)
+    print(json.dumps(result) if args.json else preset_table(result))
+    if args.write_results:
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        write_block(PRESET_START, PRESET_END, (
+            f"## A class clicks one preset (`python benchmarks/classroom_load.py --preset {args.preset} --before`)\n\n"
+            f"{time.strftime('%Y-%m-%d', time.gmtime())}, {cpus} CPU cores, LAB_PUBLIC=1 defaults. {args.users} "
+            f"students open the page over {args.ramp_s:.0f} s and click the {args.preset} preset, then poll as the "
+            "page does (its line and its cards every 2 s) until the line shows the explanation; one student alone "
+            "on an idle server, in the same benchmark run, is the yardstick.\n\n" + preset_table(result)))
+    after = result["after"]
+    return 0 if after["refused"] == 0 and after["errors"] == 0 and after["unanswered"] == 0 else 1
 
 
 if __name__ == "__main__":

@@ -131,7 +131,8 @@ def test_a_bundle_of_presets_answers_their_cards(tmp_path):
     jobs = JobManager(store, max_concurrent=1, train_fn=FakeTrainer(step_s=0))
     texts = dict(zip(PRESETS, cards(AppContext(store, jobs), "student-0003")))
     for key in ("hello_sort", "induction"):
-        assert "**Last result on this server**" in texts[key] and "From the lesson bundle lesson.zip." in texts[key]
+        assert "**Last result on this server** (finished by" in texts[key]
+        assert "UTC; *From the lesson bundle lesson.zip*): " in texts[key]
     assert "Not run on this server yet" in texts["grokking"]
     claims = jobs.claim_many(list(PRESETS["induction"].runs), owner="student-0003")
     assert all(c.attached for c in claims) and jobs.train_fn.calls == []  # no training at all

@@ -11,6 +11,7 @@ import pytest
 
 from lab.engine.identity import class_seed, code_version, identity
 from lab.engine.jobs import JobManager
+from lab.config import ConfigError
 from lab.engine.limits import Limits, LimitError
 from lab.engine.recorder import record_run
 from lab.engine.sharing import SharedRuns, describe_claim
@@ -203,3 +204,15 @@ def test_one_configuration_trained_twice_on_cpu_gives_bit_identical_weights(tmp_
         jm.shutdown(wait=True)
         store.close()
     assert digests[0] == digests[1]
+
+
+def test_with_sharing_off_every_request_trains(store):
+    jm = manager(store, limits=Limits(public=True, max_runs_per_user=5, max_queue=5, share_runs=False))
+    a, b = (jm.claim_many([named("r")], owner=who)[0] for who in (ADA, BOB))
+    assert not a.attached and not b.attached and a.run_id != b.run_id
+    for claim in (a, b):
+        jm.wait(claim.run_id, WAIT)
+    jm.shutdown(wait=True)
+    assert Limits.from_env({"LAB_SHARE_RUNS": "0"}).share_runs is False and Limits.from_env({}).share_runs
+    with pytest.raises(ConfigError, match="LAB_SHARE_RUNS"):
+        Limits.from_env({"LAB_SHARE_RUNS": "sometimes"})

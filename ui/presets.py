@@ -112,8 +112,8 @@ def last_result(ctx: AppContext, preset: Preset, runs: dict[str, tuple[str, str]
             origins.add(provenance(ctx.store.status(run_id)))
         except (RunNotFoundError, DamagedRunError):
             continue
-    origin = " ".join(f"*{o}*" for o in sorted(origins) if o)
-    return f"**Last result on this server** (finished by {when} UTC): {_RESULTS[key]}" + (f" {origin}" if origin else "")
+    origin = " ".join(o.rstrip(".") for o in sorted(origins) if o)  # before the explanation: it may end in a table
+    return f"**Last result on this server** (finished by {when} UTC{f'; *{origin}*' if origin else ''}): {_RESULTS[key]}"
 
 
 def last_runs(ctx: AppContext, last: Any) -> tuple[Preset | None, list[str]]:

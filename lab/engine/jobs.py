@@ -41,6 +41,8 @@ class JobManager(JobSlots):
         limits, all or nothing, count only the new runs: distinct trainings, not clicks). `seed_from`
         ("class": the student's own seed) is recorded in a new run's status."""
         cfgs = list(cfgs)
+        if not self.limits.share_runs:  # LAB_SHARE_RUNS=0: every request trains anew
+            return [Claim(r, attached=False) for r in self.submit_many(cfgs, owner, batch, seed_from)]
         with self._claiming:  # one claim at a time: two clicks on one config never both create its run
             idents = [identity(c) for c in cfgs]
             claims: dict[str, Claim] = {}

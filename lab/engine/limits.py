@@ -12,10 +12,15 @@ only their own runs). Each limit can be set on its own:
 | LAB_MAX_STEPS             | 1,000,000     | 5,000          | training steps of one run               |
 | LAB_MAX_LIVE_POINTS       | 2000          | 500            | points per curve sent to a live plot    |
 | LAB_MAX_UPLOAD_KB         | 64            | 64             | an uploaded config JSON file            |
+| LAB_SHARE_RUNS            | 1 (on)        | 1 (on)         | 0: every request trains anew            |
 
 The largest preset launches 10 runs, hence the public default of 10 per user; a preset or grid is
 admitted whole or refused whole. The queue is fair (lab/engine/jobs.py): a free slot goes to the oldest
 run of the user with the fewest runs training, so one user's ten runs do not hold back the class.
+
+With LAB_SHARE_RUNS on, a request for a configuration the server has trained, is training or has queued
+watches that run instead of training a copy (lab/engine/sharing.py), so the limits count distinct
+trainings, not clicks; off, every click trains (what a benchmark compares against).
 
 A refused request raises `LimitError` (a `ConfigError`, so every caller already turns it into a
 one-line message) naming the limit, its variable and what to do instead.
@@ -50,12 +55,14 @@ class Limits:
     max_steps: int = 1_000_000
     max_live_points: int = 2000
     max_upload_kb: int = 64
+    share_runs: bool = True  # one training per configuration, watched by everyone who asks (sharing.py)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.public, bool):
-            raise ConfigError("LAB_PUBLIC", f"{self.public!r} is not a boolean")
+        for name, var in (("public", "LAB_PUBLIC"), ("share_runs", "LAB_SHARE_RUNS")):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(var, f"{getattr(self, name)!r} is not a boolean")
         for f in fields(self):
-            if f.name == "public":
+            if f.name in ("public", "share_runs"):
                 continue
             value, lo = getattr(self, f.name), 0 if f.name == "max_runs_per_user" else 1
             if isinstance(value, bool) or not isinstance(value, int) or value < lo:
@@ -75,10 +82,12 @@ class Limits:
         """Limits from LAB_PUBLIC and LAB_MAX_*; ConfigError naming the variable for a bad value."""
         env = os.environ if env is None else env
         flag = env.get("LAB_PUBLIC", "").strip().lower()
-        if flag not in _TRUE + _FALSE:
-            raise ConfigError("LAB_PUBLIC", f"{flag!r} is not one of 1, 0, true, false, yes, no")
+        share = env.get("LAB_SHARE_RUNS", "1").strip().lower() or "1"
+        for var, value in (("LAB_PUBLIC", flag), ("LAB_SHARE_RUNS", share)):
+            if value not in _TRUE + _FALSE:
+                raise ConfigError(var, f"{value!r} is not one of 1, 0, true, false, yes, no")
         base = cls.public_defaults() if flag in _TRUE else cls()
-        values = {}
+        values: dict = {"share_runs": share in _TRUE}
         for name, var in ENV_NAMES.items():
             text = env.get(var, "").strip().replace("_", "")
             if text:
