@@ -275,7 +275,8 @@ def frame(value: Any) -> "pd.DataFrame":
 
 def start(client, **knobs: Any) -> str:
     """Start a run through /start (SMALL, overridden by `knobs`); return its id."""
-    pick, my_runs, text, timer, note = client.predict(**{**SMALL, **knobs}, my_runs=[], owner="u1", api_name="/start")
+    pick, my_runs, text, timer, *_, note = client.predict(**{**SMALL, **knobs}, my_runs=[], owner="u1",
+                                                          api_name="/start")
     run_id = pick["value"]
     assert isinstance(run_id, str) and run_id
     assert my_runs == [run_id]

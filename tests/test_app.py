@@ -80,7 +80,7 @@ def test_the_api_lists_the_endpoints_clients_use(demo):
     missing = [e for e in ENDPOINTS if f"/{e}" not in named]
     assert not missing, f"missing endpoints: {missing}"
     start = [p["parameter_name"] for p in named["/start"]["parameters"]]
-    assert start == [k.url_key for k in KNOBS] + ["my_runs", "owner"]  # gr.BrowserState shows, gr.State would not
+    assert start == [k.url_key for k in KNOBS] + ["my_runs", "owner", "own_seed"]  # gr.BrowserState shows, gr.State would not
 
 
 def test_defaults_validate_to_a_description(demo):
@@ -98,7 +98,7 @@ def test_invalid_knobs_give_one_line_naming_the_field(demo, case, fields):
     assert not any(f in text for f in fields), text  # no config keys ("model.d_model") left
 
     start = next(fn for fn in demo.fns.values() if fn.api_name == "start").fn
-    *others, message = start(*knob_args(**case), [], "u1")
+    *others, message = start(*knob_args(**case), [], "u1", False)
     assert all(isinstance(o, type(gr.skip())) for o in others), others  # the page stays as it was
     assert message.startswith("⚠️") and "\n" not in message and "Traceback" not in message, message
     assert any(message.startswith(f"⚠️ **{LABELS[f]}**") for f in fields), message

@@ -42,7 +42,7 @@ def setup(tmp_path):
 
 def start(demo, who, own=False, **knobs):
     """Start's outputs by name (StartOut's order)."""
-    names = ("run_pick", "my_runs", "progress", "timer", "note", "again", "seed")
+    names = ("run_pick", "my_runs", "progress", "timer", "again", "seed", "note")
     return dict(zip(names, endpoint(demo, "start")(*knob_values(**{**SMALL, **knobs}), [], who, own)))
 
 
@@ -62,7 +62,7 @@ def test_a_second_start_of_the_same_knobs_watches_the_first_run(setup):
         in third["note"]
     assert len(store.run_ids()) == 1 and len(jobs.train_fn.calls) == 1
 
-    again = dict(zip(("run_pick", "my_runs", "progress", "timer", "note", "again", "seed"),
+    again = dict(zip(("run_pick", "my_runs", "progress", "timer", "again", "seed", "note"),
                      endpoint(demo, "start_new_seed")(*knob_values(**SMALL), [run_id], CY)))
     new_id = prop(again["run_pick"], "value")
     assert new_id != run_id and again["note"] == "" and store.config(new_id).train.seed == again["seed"] != 0
@@ -83,8 +83,11 @@ def test_an_attached_students_stop_and_delete_leave_the_run_to_the_others(setup)
     gate.set()
     wait_all(jobs, [run_id])
     start(demo, CY)  # completed: Cy attaches
+    _, question = endpoint(demo, "delete_ask")(run_id, ADA)
+    assert question.startswith(f"Remove run **{run_id}** from your runs? 1 other in the class holds it too")
     out = endpoint(demo, "delete")(run_id, [run_id], ADA)  # the first starter leaves; Cy still holds it
     assert "stays on this server" in out[2] and store.exists(run_id) and out[1] == []
+    assert endpoint(demo, "delete_ask")(run_id, CY)[1].startswith(f"Delete run **{run_id}** and everything")
     out = endpoint(demo, "delete")(run_id, [run_id], CY)
     assert out[2] == f"🗑️ Deleted run {run_id}." and not store.exists(run_id)
 

@@ -338,8 +338,10 @@ def test_public_limits_and_ownership_through_the_api(public_app):
     assert "needs a user token" in start_refused(**SLOW_RUN, my_runs=[], owner="")
     assert public_app.run_folders() == before, "a refused run created a folder"
 
-    ids = [client.predict(**SLOW_RUN, my_runs=[], owner=ALICE, api_name="/start")[0]["value"] for _ in range(2)]
-    message = start_refused(**SLOW_RUN, my_runs=[], owner=ALICE)
+    ids = [client.predict(**SLOW_RUN, seed=s, my_runs=[], owner=ALICE, api_name="/start")[0]["value"] for s in (1, 2)]
+    again = client.predict(**SLOW_RUN, seed=1, my_runs=[], owner=ALICE, api_name="/start")  # the same knobs and seed:
+    assert again[0]["value"] == ids[0] and "same configuration" in again[-1]  # her run again, not a third training
+    message = start_refused(**SLOW_RUN, seed=3, my_runs=[], owner=ALICE)
     assert message.startswith("⚠️ **Runs per user**: you already have 2 run(s) queued or running"), message
     assert "LAB_MAX_RUNS_PER_USER" in message and "wait for one to finish or stop one" in message
     assert len(public_app.run_folders() - before) == 2

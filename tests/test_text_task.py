@@ -115,7 +115,7 @@ def test_start_refuses_a_bad_text_and_stores_nothing(demo, kind):
 
     values = {"task": "text", "min_len": 8, "max_len": 16, "text": BAD_TEXTS[kind]}
     start = next(fn for fn in demo.fns.values() if fn.api_name == "start").fn
-    *others, message = start(*[values.get(k.url_key, k.default()) for k in KNOBS], [], "u1")
+    *others, message = start(*[values.get(k.url_key, k.default()) for k in KNOBS], [], "u1", False)
     assert all(isinstance(o, type(gr.skip())) for o in others)
     assert message.startswith(f"⚠️ **{LABEL}**") and "\n" not in message, message
     root = demo.lab_context.store.root

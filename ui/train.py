@@ -132,7 +132,8 @@ def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button])
           show_progress="hidden", api_name="clear_continue_note")
     buttons["stop"].click(partial(on_stop, ctx), inputs=[v.run_pick, v.owner], outputs=v.progress, api_name="stop",
                           show_progress_on=[v.note])
-    buttons["delete"].click(partial(on_delete_ask, ctx), inputs=v.run_pick, outputs=[v.confirm_row, v.confirm_text],
+    buttons["delete"].click(partial(on_delete_ask, ctx), inputs=[v.run_pick, v.owner],
+                            outputs=[v.confirm_row, v.confirm_text],
                             api_name="delete_ask", show_progress_on=[v.note])
     buttons["confirm_no"].click(lambda: gr.Row(visible=False), outputs=v.confirm_row, api_name="delete_cancel")
     buttons["confirm_yes"].click(partial(on_delete, ctx), inputs=[v.run_pick, v.my_runs, v.owner],

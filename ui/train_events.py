@@ -61,9 +61,9 @@ class StartOut(Outputs):
     my_runs: Any = kept()
     progress: Any = kept()
     timer: Any = kept()
-    note: Any = kept()
     again: Any = kept()
     seed: Any = kept()  # the Seed knob: the seed a class seed or a new seed trains with
+    note: Any = kept()
 
 
 @dataclass(frozen=True)
@@ -235,7 +235,7 @@ def on_stop(ctx: AppContext, run_id: Optional[str], who: Optional[str]) -> str:
     elif acting is not None and acting not in ctx.jobs.holders(run_id):
         others = len(ctx.jobs.holders(run_id))
         gr.Info(f"You left this run; it goes on for the {others} other{'s' if others != 1 else ''} in the class "
-                "who started it too.")
+                "who hold it.")
     return progress_text(ctx, run_id)[1]
 
 
@@ -257,10 +257,20 @@ def on_continue(ctx: AppContext, run_id: Optional[str], steps: Any, who: Optiona
     return ContinueOut(cont_note="", progress=progress_text(ctx, run_id)[1], timer=gr.Timer(active=True)).values()
 
 
+def others_hold(n: int) -> str:
+    return f"{n} other{'s' if n != 1 else ''} in the class {'hold' if n != 1 else 'holds'}"
+
+
 @errors_as_messages
-def on_delete_ask(ctx: AppContext, run_id: Optional[str]) -> tuple:
-    """Ask before deleting the shown run: (the confirmation row shown, its question)."""
+def on_delete_ask(ctx: AppContext, run_id: Optional[str], who: Optional[str] = None) -> tuple:
+    """Ask before deleting the shown run: (the confirmation row shown, its question). A run others in the class
+    hold too is only removed from this student's runs, and the question says so."""
     run_id = shown_run(ctx, run_id, "delete")
+    acting = acting_owner(ctx, who) if ctx.jobs.limits.public and isinstance(who, str) and who else None
+    others = [h for h in ctx.jobs.holders(run_id) if h != acting] if acting is not None else []
+    if acting is not None and acting in ctx.jobs.holders(run_id) and others:
+        return gr.Row(visible=True), (f"Remove run **{run_id}** from your runs? {others_hold(len(others))} it too, "
+                                      "so it stays on this server for them.")
     return gr.Row(visible=True), f"Delete run **{run_id}** and everything it saved? This cannot be undone."
 
 
@@ -271,8 +281,8 @@ def on_delete(ctx: AppContext, run_id: Optional[str], runs: Optional[list], who:
     with permission():
         holders = ctx.jobs.delete(run_id, owner=acting_owner(ctx, who))
     left = [r for r in own_runs(ctx, runs) if r != run_id and ctx.store.exists(r)]
-    said = (f"🗑️ Removed run {run_id} from your runs. {len(holders)} other{'s' if len(holders) != 1 else ''} in the "
-            "class hold it too, so it stays on this server for them." if holders else f"🗑️ Deleted run {run_id}.")
+    said = (f"🗑️ Removed run {run_id} from your runs. {others_hold(len(holders))} it too, so it stays on this "
+            "server for them." if holders else f"🗑️ Deleted run {run_id}.")
     return DeleteOut(run_pick=gr.Dropdown(choices=left, value=left[0] if left else None), my_runs=left,
                      progress=said, confirm_row=gr.Row(visible=False),
                      seen={"deleted": run_id}).values()

@@ -40,13 +40,16 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
 def code_version() -> str:
     """'0.1.0+3fa9c2d81e': the lab's version and 10 hex digits of the hash of its model core's code (the
     abstract syntax of lab/*.py, without docstrings; comments are not part of it)."""
-    import lab
-
-    digest = hashlib.sha256()
-    for path in sorted(Path(lab.__file__).parent.glob("*.py")):
+    digest, version = hashlib.sha256(), "0"
+    for path in sorted(Path(__file__).resolve().parents[1].glob("*.py")):  # lab/*.py (read, not imported:
+        tree = ast.parse(path.read_bytes())  # lab/__init__.py is the public API, a layer above this one)
+        if path.name == "__init__.py":
+            version = next((n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                            and any(getattr(t, "id", "") == "__version__" for t in n.targets)
+                            and isinstance(n.value, ast.Constant)), version)
         digest.update(path.name.encode() + b"\0")
-        digest.update(ast.dump(_without_docstrings(ast.parse(path.read_bytes()))).encode() + b"\0")
-    return f"{lab.__version__}+{digest.hexdigest()[:10]}"
+        digest.update(ast.dump(_without_docstrings(tree)).encode() + b"\0")
+    return f"{version}+{digest.hexdigest()[:10]}"
 
 
 def identity(cfg: RunConfig, version: str | None = None) -> str:
