@@ -273,8 +273,13 @@ def frame(value: Any) -> "pd.DataFrame":
     return pd.DataFrame(value["data"], columns=value.get("columns") or value.get("headers"))
 
 
+_SEEDS = iter(range(1000, 10**6))
+
+
 def start(client, **knobs: Any) -> str:
-    """Start a run through /start (SMALL, overridden by `knobs`); return its id."""
+    """Start a new run through /start (SMALL, overridden by `knobs`; a seed of its own unless `knobs` names one:
+    the same configuration again would watch the run already there, lab/engine/sharing.py); return its id."""
+    knobs = {"seed": next(_SEEDS), **knobs}
     pick, my_runs, text, timer, *_, note = client.predict(**{**SMALL, **knobs}, my_runs=[], owner="u1",
                                                           api_name="/start")
     run_id = pick["value"]

@@ -221,8 +221,8 @@ def launch(ctx: AppContext, preset: Preset, runs: Any, owner: str, seed: int | N
     ids = [c.run_id for c in claims]
     attached = [c for c in claims if c.attached]
     last = {"key": preset.key, "run_ids": ids, **({"class": True} if seed_from == "class" else {}),
-            **({"note": describe_claim(attached[0]) + (" Click 🎲 *Train again with a new seed* for a run of your "
-                                                       "own.")} if attached else {})}
+            **({"note": describe_claim(attached[0]) + (" For runs of your own, click 🎲 *Train the last preset again "
+                                                       "with a new seed* on the Presets tab.")} if attached else {})}
     text, live = status(ctx, last)
     return PresetLaunch(last=last, my_runs=remember_runs(runs, ids), status=text, timer=gr.Timer(active=live),
                         **compare_opening(ctx, shown_runs(ctx, preset, ids, seed_from == "class"),

@@ -16,7 +16,7 @@ from lab.engine.backup import forget
 from lab.engine.environment import detect
 from lab.engine.estimate import Estimate, Server, forecast, group_jobs
 from lab.engine.identity import code_version, identity
-from lab.engine.limits import check_admission
+from lab.engine.limits import check_admission, check_owner
 from lab.engine.sharing import Claim
 from lab.engine.slots import SPARE_DELAY_S, JobSlots, JobStatus, _Job
 from lab.engine.store import LIVE_STATES, TERMINAL_STATES, now_iso
@@ -41,6 +41,7 @@ class JobManager(JobSlots):
         limits, all or nothing, count only the new runs: distinct trainings, not clicks). `seed_from`
         ("class": the student's own seed) is recorded in a new run's status."""
         cfgs = list(cfgs)
+        check_owner(self.limits, owner)  # an attachment is checked as a new run would be
         if not self.limits.share_runs:  # LAB_SHARE_RUNS=0: every request trains anew
             return [Claim(r, attached=False) for r in self.submit_many(cfgs, owner, batch, seed_from)]
         with self._claiming:  # one claim at a time: two clicks on one config never both create its run

@@ -125,9 +125,7 @@ def check_admission(limits: Limits, cfg: RunConfig, owner: str, owner_live: int,
     `owner_live` runs queued or running, when `queued` runs already wait in the queue. Config limits
     first, then the user's, then the queue's."""
     check_config(limits, cfg)
-    if limits.public and not valid_owner(owner):
-        raise LimitError("owner", "this shared server needs a user token: reload the page (allowed: 8 to 64 "
-                         "letters, digits, '_' or '-')")
+    check_owner(limits, owner)
     cap = limits.max_runs_per_user
     if cap and owner_live + n > cap:
         asking = f"; this asks for {n} more" if n > 1 else ""
@@ -138,6 +136,15 @@ def check_admission(limits: Limits, cfg: RunConfig, owner: str, owner_live: int,
         asking = f" and this asks for {n}" if n > 1 else ""
         raise LimitError("queue", f"the queue is full ({queued} runs waiting{asking}; this server allows "
                          f"{limits.max_queue}, {ENV_NAMES['max_queue']}); try again in a minute")
+
+
+def check_owner(limits: Limits, owner: object) -> None:
+    """Refuse a request without a user token on a shared server, or with an owner no store would keep."""
+    if not isinstance(owner, str) or len(owner) > 200:  # not a user's mistake: no knob's note, an error
+        raise ValueError("owner: must be a string of at most 200 characters")
+    if limits.public and not valid_owner(owner):
+        raise LimitError("owner", "this shared server needs a user token: reload the page (allowed: 8 to 64 "
+                         "letters, digits, '_' or '-')")
 
 
 def valid_owner(owner: object) -> bool:
