@@ -151,8 +151,23 @@ def test_train_on_gpu_is_admitted_as_start_is_and_refused_before_any_run_exists(
         jobs.submit(tiny_config(RESUMABLE, steps=5), owner=owner)  # the user's one live run
         before = sorted(p.name for p in store.root.iterdir())
         with pytest.raises(ConfigError, match="runs per user|Runs per user"):
-            next(gpu.train_on_gpu(AppContext(store, jobs), tiny_config(RESUMABLE, steps=5), owner))
+            next(gpu.train_on_gpu(AppContext(store, jobs), tiny_config(RESUMABLE, steps=6), owner))
         assert sorted(p.name for p in store.root.iterdir()) == before
     finally:
         gate.set()
         jobs.shutdown(wait=True)
+
+
+def test_train_on_gpu_watches_a_configuration_already_trained_or_training(ctx):
+    """A class clicking Train on GPU with one configuration trains it once (lab/engine/sharing.py)."""
+    cfg = tiny_config(RESUMABLE, steps=5)
+    steps = gpu.train_on_gpu(ctx, cfg, "student-0001")
+    run_id, _ = next(steps)  # created, training in chunks
+    watching = list(gpu.train_on_gpu(ctx, cfg, "student-0002"))  # while the first trains: that run
+    assert [r for r, _ in watching] == [run_id] and "on this server (started at" in watching[0][1]
+    list(steps)
+    assert ctx.store.status(run_id)["state"] == "completed"
+    later = list(gpu.train_on_gpu(ctx, cfg, "student-0003"))
+    assert [r for r, _ in later] == [run_id] and "same configuration, same seed" in later[0][1]
+    assert ctx.store.run_ids() == [run_id] and ctx.jobs.holders(run_id) == ["student-0001", "student-0002",
+                                                                            "student-0003"]

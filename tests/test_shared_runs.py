@@ -216,3 +216,17 @@ def test_with_sharing_off_every_request_trains(store):
     assert Limits.from_env({"LAB_SHARE_RUNS": "0"}).share_runs is False and Limits.from_env({}).share_runs
     with pytest.raises(ConfigError, match="LAB_SHARE_RUNS"):
         Limits.from_env({"LAB_SHARE_RUNS": "sometimes"})
+
+
+def test_a_gpu_run_is_the_same_configuration_not_the_same_result():
+    from lab.engine.sharing import Claim
+
+    gpu = Claim("r1", attached=True, state="completed", trained_at="2026-11-27T10:42:00.000+00:00", device="cuda:0",
+                code_version=code_version())
+    text = describe_claim(gpu, now_date="2026-11-27")
+    assert not gpu.same_result and "at 10:42 UTC" in text and "the same configuration and seed" in text
+    assert "same result" not in text and "on a GPU (cuda:0)" in text
+    cpu = dataclasses.replace(gpu, device="cpu")
+    assert cpu.same_result and "same configuration, same seed, so the same result" in describe_claim(cpu)
+    live = dataclasses.replace(cpu, state="running", device="")
+    assert "is training on this server (started at 10:42 UTC on 2026-11-27)" in describe_claim(live)

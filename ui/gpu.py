@@ -21,6 +21,7 @@ import gradio as gr
 from lab.config import ConfigError, RunConfig
 from lab.engine.chunks import Chunk, request_stop, run_chunk, train_in_chunks
 from lab.engine.environment import detect
+from lab.engine.sharing import describe_claim
 from lab.engine.store import LIVE_STATES
 from ui.common import AppContext, Outputs, kept, with_api_params
 
@@ -75,9 +76,13 @@ def _to_cpu(ctx: AppContext, run_id: str, owner: str) -> int:
 
 
 def train_on_gpu(ctx: AppContext, cfg: RunConfig, owner: str) -> Iterator[tuple[str, str]]:
-    """Create the run and train it in GPU chunks; yields (run id, a sentence for the page) as it goes."""
-    ctx.jobs.admit(cfg, owner)  # the server's limits, as for Start (LimitError naming the limit)
-    run_id = ctx.store.create(cfg, owner=owner)
+    """Create the run and train it in GPU chunks; yields (run id, a sentence for the page) as it goes. A
+    configuration this server has trained or is training is that run, watched, not trained again."""
+    claim = ctx.jobs.attach(cfg, owner)
+    if claim is not None:
+        yield claim.run_id, f"🔁 {describe_claim(claim)}"
+        return
+    run_id = ctx.jobs.create_outside(cfg, owner)  # the server's limits, as for Start (LimitError naming the limit)
     yield run_id, "⚡ Waiting for a GPU…"
     done = False
     try:

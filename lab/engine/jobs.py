@@ -60,6 +60,30 @@ class JobManager(JobSlots):
                 claims |= {i: Claim(r, attached=False) for i, r in zip(new, ids)}
         return [claims[i] for i in idents]
 
+    def attach(self, cfg: RunConfig, owner: str = "") -> Claim | None:
+        """The run that answers `cfg` with `owner` attached to it, or None when no run does (nothing is
+        queued): Train on GPU (ui/gpu.py) asks this before it trains a run of its own."""
+        check_owner(self.limits, owner)
+        if not self.limits.share_runs:
+            return None
+        with self._claiming, self._cond:
+            live = {r for r, j in self._jobs.items() if j.state in LIVE_STATES and not j.continuing}
+            run_id = self.shared.find(identity(cfg), live)
+            if run_id is None:
+                return None
+            self.shared.hold(run_id, owner)
+            return self._claim_of(run_id)
+
+    def create_outside(self, cfg: RunConfig, owner: str = "") -> str:
+        """Create a queued run that trains outside the queue (in GPU chunks), admitted by the server's limits
+        and registered as the run that answers its configuration."""
+        with self._claiming:
+            self.admit(cfg, owner)
+            run_id = self.store.create(cfg, owner=owner, identity=identity(cfg), code_version=code_version())
+            with self._cond:
+                self.shared.add(identity(cfg), run_id)
+        return run_id
+
     def _claim_of(self, run_id: str) -> Claim:
         """The attached run as a Claim: its state, when it was queued and where it trained (lock held)."""
         status, job = self.store.status(run_id), self._jobs.get(run_id)

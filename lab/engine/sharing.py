@@ -69,13 +69,14 @@ class SharedRuns:
                 self._index[ident] = run_id
         return self._index
 
-    def _completed(self, run_id: str) -> Optional[dict]:
-        """The run's status if it is a completed run of this code whose config still has its identity."""
+    def _completed(self, run_id: str, states: tuple[str, ...] = ("completed",)) -> Optional[dict]:
+        """The run's status if it is in one of `states`, of this code, and its config still has its identity
+        (a completed run: with its weights)."""
         try:
-            status = self.store.status(run_id)
-            if (status.get("state") != "completed" or status.get("code_version") != code_version()
-                    or not status.get("identity")
-                    or not (self.store.path(run_id) / "weights.safetensors").exists()):
+            status = self.store.status(run_id)  # a live state whose writer died reads interrupted
+            if (status.get("state") not in states or status.get("code_version") != code_version()
+                    or not status.get("identity") or status.get("continue_steps")
+                    or status["state"] == "completed" and not (self.store.path(run_id) / "weights.safetensors").exists()):
                 return None
             if identity(self.store.config(run_id)) != status["identity"]:
                 return None  # continued to more steps: no longer what its first config asked for
@@ -84,13 +85,14 @@ class SharedRuns:
             return None
 
     def find(self, ident: str, live: set[str]) -> Optional[str]:
-        """The run that answers `ident`: one of `live` (this manager's queued or running new runs), or a
-        completed run of the store; a run that no longer answers it is dropped from the index."""
+        """The run that answers `ident`: one of `live` (this manager's queued or running new runs), a run
+        training outside its queue (in GPU chunks: ui/gpu.py), or a completed run of the store; a run that no
+        longer answers it is dropped from the index."""
         index = self._loaded()
         run_id = index.get(ident)
         if run_id is None:
             return None
-        if run_id in live or self._completed(run_id) is not None:
+        if run_id in live or self._completed(run_id, ("completed", "queued", "running")) is not None:
             return run_id
         del index[ident]
         return None
