@@ -17,6 +17,7 @@ no student started (owner "": a lesson bundle's, or one trained from the command
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Optional
 
@@ -123,9 +124,10 @@ class SharedRuns:
 
 
 def describe_claim(claim: Claim, now_date: str = "") -> str:
-    """The sentence a page shows for an attached run: when and where it was trained and what that means."""
+    """The sentence a page shows for an attached run: when (UTC; the day too when it is not `now_date`, default
+    today) and where it was trained, and what that means."""
     when = claim.trained_at[11:16] if len(claim.trained_at) >= 16 else ""
-    day = claim.trained_at[:10]
+    day, now_date = claim.trained_at[:10], now_date or time.strftime("%Y-%m-%d", time.gmtime())
     at = f" at {when} UTC" + (f" on {day}" if day and day != now_date else "") if when else ""
     if claim.state in ("queued", "running"):
         what = f"is {'training' if claim.state == 'running' else 'queued'} on this server (started{at})"
