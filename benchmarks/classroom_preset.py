@@ -16,6 +16,7 @@ run sharing on (the default: one training per configuration, lab/engine/sharing.
 """
 from __future__ import annotations
 
+import ast
 import json
 import statistics
 import tempfile
@@ -30,6 +31,16 @@ from light_client import LightClient, queued_endpoints
 
 POLL_S = 2.0  # the Presets tab's timer (ui/presets.py POLL_S)
 TIMEOUT_S = 120.0
+
+
+def message(exc: RuntimeError) -> str:
+    """An error's message as the page shows it (the event stream sends {'error': ..., 'title': ...})."""
+    text = str(exc)
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+    return str(value.get("error") or text) if isinstance(value, dict) else text
 
 
 class Student(threading.Thread):
@@ -49,7 +60,7 @@ class Student(threading.Thread):
         try:
             out = client.call(f"preset_{self.key}", [], self.owner, False)
         except RuntimeError as exc:
-            text = str(exc)
+            text = message(exc)
             if refusal(text) or "queue" in text.lower():
                 self.refused = text
             else:
@@ -61,7 +72,7 @@ class Student(threading.Thread):
                 text, timer = client.call("preset_poll", last)
                 client.call("preset_cards_poll", self.owner)  # the page refreshes the cards on the same tick
             except RuntimeError as exc:
-                self.error = str(exc)
+                self.error = message(exc)
                 return
             if isinstance(timer, dict) and timer.get("active") is False and "runs done" in str(text):
                 self.answer_s = time.monotonic() - t0
