@@ -69,6 +69,13 @@ def test_another_versions_runs_are_shown_labelled_and_not_reused(tmp_path):
     jobs = JobManager(dst, max_concurrent=1, train_fn=FakeTrainer(step_s=0))
     claim = jobs.claim_many([named("old")], owner="student-0002")[0]
     assert not claim.attached and claim.run_id != old
+    from ui.common import AppContext
+    from ui.presets import compare_note
+
+    said = compare_note(AppContext(dst, jobs), {}, [old, claim.run_id])  # Compare labels the old one
+    assert said == (f"*1 of the 2 runs shown were trained by another version of the lab (1 by lab 0.0.9+0123456789; "
+                    f"this server runs {code_version()}).*")
+    assert compare_note(AppContext(dst, jobs), {}, [claim.run_id]) == ""
     jobs.wait(claim.run_id, 30)
     jobs.shutdown(wait=True)
 

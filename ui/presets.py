@@ -22,7 +22,7 @@ import gradio as gr
 
 from lab.config import RunConfig
 from lab.engine.estimate import Estimate
-from lab.engine.identity import class_seed, fresh_seed, seeded
+from lab.engine.identity import class_seed, code_version, fresh_seed, seeded
 from lab.engine.sharing import class_runs, describe_claim, provenance
 from lab.teach.presets import PRESETS, Preset
 from lab.engine.store import FINISHED_STATES, LIVE_STATES  # a stopped run has its final evaluation
@@ -168,9 +168,28 @@ def compare_note(ctx: AppContext, last: Any, run_ids: list[str]) -> str:
     other runs' curves)."""
     _, ids = last_runs(ctx, last)
     pooled = isinstance(last, dict) and last.get("class") is True
+    other = other_versions(ctx, run_ids)
     if not ids or not (set(ids) == set(run_ids) or pooled and set(ids) <= set(run_ids)):
+        return other
+    return status(ctx, last)[0] + (f"\n\n{other}" if other else "")
+
+
+def other_versions(ctx: AppContext, run_ids: list[str]) -> str:
+    """A line under Compare's note when some shown runs were trained by another version of the lab (a lesson
+    bundle built with it, or an older store): their curves are that version's, not this server's."""
+    versions: dict[str, int] = {}
+    for run_id in run_ids:
+        try:
+            version = ctx.store.status(run_id).get("code_version")
+        except (RunIdError, RunNotFoundError, DamagedRunError):
+            continue
+        if isinstance(version, str) and version and version != code_version():
+            versions[version] = versions.get(version, 0) + 1
+    if not versions:
         return ""
-    return status(ctx, last)[0]
+    which = ", ".join(f"{n} by lab {v}" for v, n in sorted(versions.items()))
+    return (f"*{sum(versions.values())} of the {len(run_ids)} runs shown were trained by another version of the lab "
+            f"({which}; this server runs {code_version()}).*")
 
 
 def shown_runs(ctx: AppContext, preset: Preset, ids: list[str], pooled: bool) -> list[str]:
