@@ -396,15 +396,13 @@ def test_removing_the_scaling_slows_learning_at_a_wide_head():
 def test_grokking_needs_weight_decay():
     r = Ran(PRESETS["grokking"])
     wd, no = "weight decay 1.0", "weight decay 0"
-    train_loss = {s.step: s.loss for s in r.records[wd] if isinstance(s, StepRecord)}
-
-    def recent(step: int) -> float:  # mean training loss over the 100 steps before `step`
-        vals = [v for k, v in train_loss.items() if step - 100 < k <= step]
-        return sum(vals) / len(vals)
-
+    # it fits its training pairs before it generalises: an evaluation where the training pairs are (nearly) all
+    # right and the unseen ones mostly wrong. Measured on the training pairs themselves, as the preset's sentence
+    # does: with weight decay 1.0 on the embeddings too, the batch loss stays above 0.1 while it memorises
     evals = [e for e in r.records[wd] if isinstance(e, EvalRecord)]
-    memorised = [e.step for e in evals if recent(e.step) < 0.1 and e.exact_match < 0.6]
-    assert memorised, [(e.step, round(recent(e.step), 3), e.exact_match) for e in evals]  # fits before it generalises
+    memorised = [e.step for e in evals if e.train_exact_match >= 0.9 and e.exact_match < 0.6]
+    assert memorised, [(e.step, e.train_exact_match, e.exact_match) for e in evals]
+    assert min(memorised) < min(e.step for e in evals if e.exact_match > 0.9)
     assert r.ev(wd, "exact_match") > 0.9, r.summaries
     no_train = [s.loss for s in r.records[no] if isinstance(s, StepRecord)][-25:]
     assert sum(no_train) / len(no_train) < 0.3 and r.ev(no, "exact_match") < 0.6, r.summaries
