@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the tests need, lint, then run the whole suite.
-#   bash scripts/test.sh                  # everything (about 37 minutes on 2 CPU cores)
-#   bash scripts/test.sh -m "not slow"    # the fast unit tests only (about 3.5 minutes)
+#   bash scripts/test.sh                  # everything (about 56 minutes on 2 CPU cores)
+#   bash scripts/test.sh -m "not slow"    # the fast unit tests only (about 5 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
