@@ -240,7 +240,7 @@ class JobManager(JobSlots):
         with self._cond:
             job = self._jobs.get(run_id)
             if owner is not None:
-                holders = self.store.holders(run_id)
+                holders = self.shared.holders(run_id)
                 if owner not in holders:  # someone else's: whatever its state
                     raise PermissionError(f"run_id: {run_id!r} belongs to another user; you can delete only your "
                                           "own runs")
