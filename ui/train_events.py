@@ -230,10 +230,11 @@ def on_stop(ctx: AppContext, run_id: Optional[str], who: Optional[str]) -> str:
         if not ok and acting is not None and ctx.store.status(run_id).get("owner") != acting:
             raise PermissionError(f"run_id: {run_id!r} belongs to another user; you can stop only your own runs")
         ok = ok or stop_gpu_run(ctx, run_id)  # a run training in GPU chunks: no job manager knows it
+    holders = ctx.jobs.holders(run_id) if ok and acting is not None else []
     if not ok:
         gr.Info("That run has already finished.")
-    elif acting is not None and acting not in ctx.jobs.holders(run_id):
-        others = len(ctx.jobs.holders(run_id))
+    elif acting is not None and acting not in holders:
+        others = len(holders)
         gr.Info(f"You left this run; it goes on for the {others} other{'s' if others != 1 else ''} in the class "
                 "who hold it.")
     return progress_text(ctx, run_id)[1]
@@ -267,8 +268,9 @@ def on_delete_ask(ctx: AppContext, run_id: Optional[str], who: Optional[str] = N
     hold too is only removed from this student's runs, and the question says so."""
     run_id = shown_run(ctx, run_id, "delete")
     acting = acting_owner(ctx, who) if ctx.jobs.limits.public and isinstance(who, str) and who else None
-    others = [h for h in ctx.jobs.holders(run_id) if h != acting] if acting is not None else []
-    if acting is not None and acting in ctx.jobs.holders(run_id) and others:
+    holders = ctx.jobs.holders(run_id) if acting is not None else []
+    others = [h for h in holders if h != acting]
+    if acting in holders and others:
         return gr.Row(visible=True), (f"Remove run **{run_id}** from your runs? {others_hold(len(others))} it too, "
                                       "so it stays on this server for them.")
     return gr.Row(visible=True), f"Delete run **{run_id}** and everything it saved? This cannot be undone."

@@ -88,10 +88,16 @@ class JobManager(JobSlots):
         """The attached run as a Claim: its state, when it was queued and where it trained (lock held)."""
         status, job = self.store.status(run_id), self._jobs.get(run_id)
         summary = self.store.summary(run_id) if job is None or job.state not in LIVE_STATES else None
-        device = str((summary or {}).get("device") or ("cuda" if detect().cuda else "cpu"))
+        device = str((summary or {}).get("device") or self._live_device())
         return Claim(run_id, attached=True, state=job.state if job is not None else str(status.get("state")),
                      trained_at=str(status.get("created_at") or ""), device=device,
                      code_version=str(status.get("code_version") or ""), bundle=str(status.get("bundle") or ""))
+
+    def _live_device(self) -> str:
+        """Where this server's queue trains ("cuda" or "cpu"), read once (a live run has no summary yet)."""
+        if self._device is None:
+            self._device = "cuda" if detect().cuda else "cpu"
+        return self._device
 
     def holders(self, run_id: str) -> list[str]:
         """Who holds the run: its first starter and every student attached to it (lab/engine/sharing.py)."""

@@ -114,6 +114,7 @@ class JobSlots:
         self._speed = SpeedLog()  # measured speed of this server's jobs, for the time estimates
         self.shared = SharedRuns(store)  # which run answers which configuration, and who holds it (lock held)
         self._claiming = threading.Lock()  # claims one at a time (lab/engine/jobs.py claim_many)
+        self._device: str | None = None  # where the queue trains, read on first need (jobs.py _live_device)
         self.backup = backup  # a folder that outlives the disk (LAB_BACKUP_DIR): finished runs are copied there
 
     @staticmethod
