@@ -101,3 +101,32 @@ def test_the_second_student_watches_the_first_run_and_can_train_a_new_seed(lesso
         assert cfg["train"]["seed"] == seed
         for page in (first, second):
             assert_no_errors(page)
+
+
+def test_two_students_with_their_own_seed_make_one_class_band_in_compare(lesson):
+    """"My own seed" set by a click in one browser and by the keyboard (Tab to it, Space) in another: each
+    student's preset run trains a seed of their own, and Compare draws the class's runs as one band."""
+    server, bundled = lesson
+    with chromium() as browser:
+        first, second = (open_page(browser, server.url, WAIT_MS) for _ in range(2))
+        for page in (first, second):
+            page.get_by_role("tab", name="Presets").click()
+        first.locator("#preset-own-seed input").click()
+        box = second.locator("#preset-own-seed input")
+        box.focus()
+        second.keyboard.press("Space")
+        for page in (first, second):
+            assert page.locator("#preset-own-seed input").is_checked()
+        first.locator("#preset-hello_sort").click()
+        first.locator("#compare-note").get_by_text("1 of 1 runs done").wait_for()
+        second.locator("#preset-hello_sort").click()
+        second.locator("#compare-note").get_by_text("1 of 1 runs done").wait_for()
+        second.locator("#compare-groups").get_by_text("sort (class: 2 students)").first.wait_for(state="attached")  # the groups table, drawn for the band
+        assert second.locator("#compare-pick .token").count() == 2
+        new = [r for r in statuses(server) if r not in bundled]
+        mine = [json.loads((server.runs_dir / r / "config.json").read_text()) for r in new
+                if statuses(server)[r].get("seed_from") == "class"]
+        assert len(mine) == 2 and len({c["train"]["seed"] for c in mine}) == 2
+        assert all(c["name"] == "sort" for c in mine)
+        for page in (first, second):
+            assert_no_errors(page)
