@@ -124,12 +124,12 @@ def _fake_runs(store: RunStore, n: int, points: int = 100) -> list[str]:
 
 
 def compare_200() -> dict[str, Any]:
-    """Compare's one render event (ui/compare_render.py: listing, table, overlaid curves, final metrics,
+    """Compare's one render event (ui/compare/render.py: listing, table, overlaid curves, final metrics,
     config diff, parameter chart, stability map and seed bands where they apply) for 200 stored runs
     picked at once: seconds until everything it returns is built, on a fresh page."""
     from lab.engine.jobs import JobManager
     from ui.common import AppContext
-    from ui.compare_render import Controls, render
+    from ui.compare.render import Controls, render
 
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(tmp)
@@ -146,11 +146,11 @@ def compare_200() -> dict[str, Any]:
 
 
 def inspect_run() -> dict[str, Any]:
-    """ui.inspect for a stored run: attention heatmap grid at a snapshot, and the PE PCA panel."""
+    """ui.inspect.attention for a stored run: attention heatmap grid at a snapshot, and the PE PCA panel."""
     from lab.engine.jobs import JobManager
     from lab.engine.recorder import record_run
     from ui.common import AppContext
-    from ui.inspect import attention_figures, positional_panel
+    from ui.inspect.attention import attention_figures, positional_panel
 
     import sklearn.decomposition  # noqa: F401  (as the served app, which loads it once the page is up)
 

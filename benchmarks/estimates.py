@@ -147,7 +147,7 @@ def grid_knobs(steps: int) -> dict[str, Any]:
 
 def measure(app: App, client: Any, item: str, timeout: float = 1800.0) -> dict[str, Any]:
     """Read the estimate the app shows for `item`, click it, wait for its runs; the row of the table."""
-    from lab.teach.presets import PRESETS
+    from lab.teach.presets.catalog import PRESETS
 
     if item == "grid":
         knobs = grid_knobs(GRID_STEPS)
@@ -206,7 +206,7 @@ def write_results(rows: list[dict[str, Any]], total_s: float, path: Path = RESUL
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lab.teach.presets import PRESETS
+    from lab.teach.presets.catalog import PRESETS
 
     items = list(PRESETS) + ["grid"]
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -48,7 +48,7 @@ try:  # PYTHONPATH may point at another copy of lab/ (to benchmark a patch)
 except ImportError:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from lab.config import ModelConfig, RunConfig, TaskConfig  # noqa: E402
-from lab.tasks import IGNORE_INDEX  # noqa: E402
+from lab.tasks.batches import IGNORE_INDEX  # noqa: E402
 from lab.views.analysis import load_model  # noqa: E402
 from lab.views.probing import HELD_OUT, held_out, importance_map, metrics  # noqa: E402
 

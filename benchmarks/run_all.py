@@ -104,7 +104,7 @@ def run_presets(quick: bool) -> list[str]:
                     "were, at their fixed seeds.", "",
                     "Training-loop seconds until the first evaluation that meets the target (1 thread, CPU). "
                     "Only each preset's headline run is timed, stopped at its target, with a time cap of "
-                    "60 s (100 s for grokking); the presets' full costs are in lab/teach/presets.py."]
+                    "60 s (100 s for grokking); the presets' full costs are in lab/teach/presets/catalog.py."]
 
 
 def run_concurrency(quick: bool) -> list[str]:

@@ -55,7 +55,7 @@ except ImportError:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import lab
 from lab.config import POS_ENCODINGS, ModelConfig, RunConfig, TaskConfig, TrainConfig  # noqa: E402
-from lab.tasks import Batch, get_task  # noqa: E402
+from lab.tasks.batches import Batch, get_task  # noqa: E402
 from lab.trainer import build_model, make_optimizer, train_step  # noqa: E402
 
 try:

@@ -14,10 +14,10 @@ import torch
 from lab.batched import train_batched
 from lab.config import RunConfig, TrainConfig
 from lab.engine.jobs import JobManager
-from lab.teach.presets import PRESETS
+from lab.teach.presets.catalog import PRESETS
 from lab.records import EvalRecord, Record
 from lab.engine.store import RunStore
-from lab.tasks import Sort
+from lab.tasks.batches import Sort
 from lab.trainer import train
 
 

@@ -36,7 +36,7 @@ from torch.func import functional_call, vmap
 from lab.checkpoint import Checkpoint, RunState
 from lab.config import RunConfig
 from lab.records import Record
-from lab.tasks import IGNORE_INDEX, Batch
+from lab.tasks.batches import IGNORE_INDEX, Batch
 from lab.device import autocast, batch_source, resolve_device, set_threads, to_device
 from lab.optim import EPS, decays
 from lab.trainer import TrainResult, build_model, fit, lr_at

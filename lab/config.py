@@ -5,7 +5,7 @@ with `knob(...)` (lab/fields.py): its default, bounds, label, one-line help, CLI
 and whether it is an ablation axis; validation, the CLI, the app's knobs, the grid's axes and Compare's
 columns all read that declaration. Variants are made with `dataclasses.replace`. `__post_init__` only
 validates; derived values are properties. Every error names the field, the value and what is allowed.
-This module imports no torch (the task names and sizes come from lab/taskshapes.py, the task registry), so
+This module imports no torch (the task names and sizes come from lab/tasks/shapes.py, the task registry), so
 the UI can validate cheaply.
 """
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any, ClassVar, Literal, get_args
 
 from lab.fields import (DROPDOWN, RADIO, ConfigError, FieldInfo, Widget, dropdown as _dd, iter_fields, knob,
                         number as _number, shown, slider as _slider, suggest, validate)
-from lab.taskshapes import TASK_NAMES, readers, task_shape
+from lab.tasks.shapes import TASK_NAMES, readers, task_shape
 from lab.textdata import ALLOWED as TEXT_ALLOWED, SPLIT as TEXT_SPLIT, check_text, short_form
 
 SCHEMA_VERSION = 1
 
-# One closed set of values per ablation axis. UI dropdowns read these tuples (TASK_NAMES: lab/taskshapes.py).
+# One closed set of values per ablation axis. UI dropdowns read these tuples (TASK_NAMES: lab/tasks/shapes.py).
 Arch = Literal["decoder", "encoder-decoder", "lstm", "gru"]
 Norm = Literal["pre", "post", "none"]
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
@@ -31,7 +31,7 @@ Activation = Literal["relu", "gelu", "swiglu", "geglu"]
 Scale = Literal["sqrt", "none"]
 OnOff = Literal["on", "off"]
 NormType = Literal["layernorm", "rmsnorm"]
-TaskName = Literal[TASK_NAMES]  # the registered tasks (lab/taskshapes.py SHAPES), in the registry's order
+TaskName = Literal[TASK_NAMES]  # the registered tasks (lab/tasks/shapes.py SHAPES), in the registry's order
 Schedule = Literal["cosine", "linear", "constant"]
 YesNo = Literal["no", "yes"]
 Device = Literal["auto", "cpu", "cuda", "mps"]

@@ -2,7 +2,7 @@
 
 Every entry point builds its config through this module: the app's knobs (ui/knobs.py, so also Start, share
 links and uploaded JSON), the command line (`train`, `sweep`: lab/cli/main.py), the ablation grid
-(lab/engine/grid.py) and the presets (lab/teach/presets.py). The same knobs therefore give the same config
+(lab/engine/grid.py) and the presets (lab/teach/presets/catalog.py). The same knobs therefore give the same config
 wherever they are set.
 
 - model.n_ctx (Context length) is the task's longest sequence at these lengths and this architecture,
@@ -10,7 +10,7 @@ wherever they are set.
   for every position the task shows it. The floor is what the app has always used, so a share link made
   before this rule (links do not carry n_ctx) still rebuilds the same run.
 - task.min_len / task.max_len (the training lengths) start from the task's own defaults (induction 8-16,
-  text 16: lab/taskshapes.py) or else the fields' (1-8); one length stated alone moves the other default
+  text 16: lab/tasks/shapes.py) or else the fields' (1-8); one length stated alone moves the other default
   only as far as it must (`--max-len 6` for induction: 6-6). In the app, picking a task sets its lengths
   unless the user's own work for it (`lengths_on_choosing`).
 
@@ -27,7 +27,7 @@ from typing import Any, Collection, Mapping, Optional
 
 from lab.config import ARCHS, ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.fields import ConfigError
-from lab.taskshapes import SHAPES, TASK_NAMES, task_shape
+from lab.tasks.shapes import SHAPES, TASK_NAMES, task_shape
 
 N_CTX_FLOOR = 8
 N_CTX = "model.n_ctx"

@@ -12,7 +12,7 @@ from typing import Optional, Sequence
 import torch
 
 from lab.config import RunConfig
-from lab.tasks import Batch, draw_length, eval_batches, get_task
+from lab.tasks.batches import Batch, draw_length, eval_batches, get_task
 
 _THREADS_LOCK = threading.Lock()
 

@@ -1,7 +1,7 @@
 """Evaluation: a model's loss and accuracy on fixed batches, held out and from the training distribution.
 
 At every evaluation point the training loop (lab/trainer.py, both its solo and its batched path) measures
-the model on three fixed sets of batches, made once per run from their own seeds (lab/tasks.py
+the model on three fixed sets of batches, made once per run from their own seeds (lab/tasks/batches.py
 `eval_batches`):
 
 - "eval": held-out samples at the training lengths (modular addition's held-out pairs, the text's last
@@ -19,7 +19,7 @@ the model on three fixed sets of batches, made once per run from their own seeds
 Metrics are computed as the model is scored while training: the mean cross-entropy (in nats) over the
 scored positions, the share of scored tokens whose argmax is right, and the share of sequences with every
 scored token right (exact-match; under teacher forcing the same as greedy decoding being right). For
-induction the accuracy on the predictable positions is measured too (lab/tasks.py `Task.predictable`):
+induction the accuracy on the predictable positions is measured too (lab/tasks/batches.py `Task.predictable`):
 the first token of a repeat cannot be predicted, so exact-match stays near 1 / n_symbols there even for a
 model that copies every later token (Olsson et al. 2022).
 """
@@ -35,7 +35,7 @@ from lab.config import RunConfig
 from lab.device import device_eval_batches, to_device
 from lab.model import Transformer
 from lab.records import EvalRecord
-from lab.tasks import IGNORE_INDEX, Batch, eval_batches, get_task
+from lab.tasks.batches import IGNORE_INDEX, Batch, eval_batches, get_task
 
 TRAIN_SHARE = 2  # the training set's samples per evaluation: the held-out count divided by this
 

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from lab.config import GATED, ModelConfig
 from lab.positional import EMBED_STD, PositionalEncoding, build_positional
-from lab.taskshapes import IGNORE_INDEX
+from lab.tasks.shapes import IGNORE_INDEX
 
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from lab.config import GATED, RECURRENT, ModelConfig, RunConfig
 from lab.recurrent import recurrent_params
-from lab.tasks import get_task
+from lab.tasks.batches import get_task
 
 if TYPE_CHECKING:
     import torch

@@ -8,7 +8,7 @@ it is stored in the run's config.json and the run stays reproducible; an empty f
 text, which the project writes itself from a tiny grammar with a fixed seed (no download, works offline).
 The first 90% of the text is for training, the last 10% is held out.
 
-Plain Python, no torch (lab/config.py validates with it; lab/tasks.py samples the windows).
+Plain Python, no torch (lab/config.py validates with it; lab/tasks/batches.py samples the windows).
 """
 from __future__ import annotations
 
@@ -178,7 +178,7 @@ def unigram_entropy_nats(text: str) -> float:
 @functools.lru_cache(maxsize=16)
 def training_unigram_entropy(text: str) -> float:
     """The unigram entropy (nats) of the text's training part, its first 90%: the loss baseline of its
-    held-out and training curves (lab/taskshapes.py loss_baselines)."""
+    held-out and training curves (lab/tasks/shapes.py loss_baselines)."""
     return unigram_entropy_nats(text[:split_at(text)])
 
 

@@ -35,7 +35,7 @@ from lab.model import Transformer
 from lab.optim import clip_grad_norm, make_optimizer  # noqa: F401 (make_optimizer: imported from here too)
 from lab.records import EvalRecord, Record, SnapshotRecord, StepRecord
 from lab.recurrent import RecurrentLM
-from lab.tasks import Batch, get_task, probe
+from lab.tasks.batches import Batch, get_task, probe
 
 _INIT_LOCK = threading.Lock()  # model init uses the global RNG: one thread at a time
 MAX_LOGGED_STEPS = 500  # train records per run, at most (plus the last step)

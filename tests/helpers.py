@@ -209,7 +209,7 @@ def descendants(pid: int) -> set[int]:
 # ---- the app's API through gradio_client --------------------------------------------------------------
 
 COMPARE_OUTPUTS = ("table", "pick", "curves", "finals", "configs", "params", "stability", "bands", "groups", "files",
-                   "timer", "note")  # what Compare's one event returns (ui/compare.py), as gradio_client sees it
+                   "timer", "note")  # what Compare's one event returns (ui/compare/tab.py), as gradio_client sees it
 WAIT_S = 120.0  # a run started through the API finishes within this
 SMALL = {"task": "copy", "max_len": 4, "d_model": 32, "n_heads": 2, "steps": 150}  # Train tab knobs of a short run
 
@@ -518,7 +518,7 @@ def preset_bundle(folder: Path, keys: list[str], steps: int = 3) -> Path:
     from lab.engine.bundle import write_bundle
     from lab.engine.jobs import JobManager
     from lab.engine.store import RunStore
-    from lab.teach.presets import PRESETS
+    from lab.teach.presets.catalog import PRESETS
 
     store = RunStore(folder / "bundle-runs")
     jobs = JobManager(store, max_concurrent=1, train_fn=short_training(steps))

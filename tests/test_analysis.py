@@ -14,7 +14,7 @@ from lab.views.analysis import allowed_symbols, attention, load_model, parse_pro
     probe_symbols, sampled_probe
 from lab.config import ARCHS, TRANSFORMERS, NORMS, POS_ENCODINGS, RECURRENT, TASK_NAMES, ConfigError, ModelConfig
 from lab.model import Block
-from lab.tasks import IGNORE_INDEX, get_task, probe
+from lab.tasks.batches import IGNORE_INDEX, get_task, probe
 from lab.trainer import build_model
 from tests.helpers import tiny_config
 

@@ -17,7 +17,7 @@ import pytest
 
 from lab.config import ModelConfig, TaskConfig, TrainConfig, flatten
 from lab.derived import run_config
-from lab.teach.presets import INDUCTION
+from lab.teach.presets.catalog import INDUCTION
 from lab.views.run_labels import short_label
 from tests.browser import SHOTS, assert_no_errors, choose, chromium, open_page, shoot
 from tests.helpers import lab, launch_app, trained_run

@@ -14,7 +14,7 @@ import pytest
 
 from lab.engine.bundle import load_bundle
 from lab.engine.store import RunStore
-from lab.teach.presets import PRESETS
+from lab.teach.presets.catalog import PRESETS
 from tests.browser import assert_no_errors, chromium, fill, open_page, shoot, wait_curves
 from tests.helpers import launch_app, preset_bundle
 

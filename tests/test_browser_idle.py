@@ -15,7 +15,7 @@ from collections import Counter
 import pytest
 
 from tests.browser import assert_no_errors, choose, chromium, fill, open_page, wait_finished
-from ui.compare import LIVE_POLL_S
+from ui.compare.tab import LIVE_POLL_S
 
 pytestmark = pytest.mark.slow
 WAIT_MS = 180_000

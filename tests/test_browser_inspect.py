@@ -18,8 +18,8 @@ from lab.views.analysis import positional_view
 from lab.views.plots import pca_figure
 from tests.browser import assert_no_errors, chromium, open_page
 from tests.helpers import app_context, launch_app, tiny_config, trained_run
-from ui.inspect import attention_view, positional_panel, run_label, typed_note
-from ui.inspect_tab import build_inspect_tab
+from ui.inspect.attention import attention_view, positional_panel, run_label, typed_note
+from ui.inspect.tab import build_inspect_tab
 
 TINY = tiny_config(steps=20, batch_size=16, warmup=0, eval_every=20, eval_samples=16, snapshots=3)
 SKIP = {"__type__": "update"}  # gr.skip(): the output is left as it is

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.teach.presets import INDUCTION
+from lab.teach.presets.catalog import INDUCTION
 from tests.browser import SHOTS, assert_no_errors, chromium, open_page, shoot
 from tests.helpers import app_with_run
 

@@ -15,7 +15,7 @@ from lab.engine.jobs import JobManager
 from lab.engine.recorder import record_run
 from lab.engine.sharing import describe_claim, provenance
 from lab.engine.store import RunStore
-from lab.teach.presets import PRESETS
+from lab.teach.presets.catalog import PRESETS
 from tests.helpers import FakeTrainer, lab, named, preset_bundle
 
 

@@ -1,4 +1,4 @@
-"""Inspect's circuits panel (ui/circuits.py) through its page event, on stored runs: a run change draws that
+"""Inspect's circuits panel (ui/inspect/circuits.py) through its page event, on stored runs: a run change draws that
 run's head roles and its task's inputs, never the previous run's; the grids are patching.py's own for the
 typed inputs; a click shows that cell's patch (its restored share is the grid's), outlines the residual
 cell's causal cone; bad inputs are named by their box; a run without decoder heads says so. The inputs made
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from lab.circuits.figures import CONE, PICKED, residual_rows
+from lab.circuits.circuit_figures import CONE, PICKED, residual_rows
 from lab.circuits.head_roles import scores_over_training
 from lab.circuits.pairs import induction_pair, pair_text, task_pair, typed_pair
 from lab.circuits.patching import causal_cone, patch
@@ -35,8 +35,8 @@ REVERSE = run_config(model=ModelConfig(n_layers=1, n_heads=2, d_model=16, d_ff=3
 @pytest.fixture(scope="module")
 def panel(tmp_path_factory):
     """(update(action, shown, run, step, role, clean, corrupt) -> outputs, store, run ids by name)."""
-    from ui.circuits import panel_update
-    from ui.intervene_parts import MapCache
+    from ui.inspect.circuits import panel_update
+    from ui.inspect.intervention_views import MapCache
 
     with app_context(tmp_path_factory.mktemp("circuits")) as ctx:
         store = ctx.store
@@ -198,7 +198,7 @@ def test_a_sequence_tasks_pair_swaps_two_prompt_tokens_and_reads_back_from_its_b
 
 
 def test_a_modular_addition_run_draws_its_fourier_picture_at_the_sliders_step(panel):
-    from lab.circuits.figures import fourier_figure
+    from lab.circuits.circuit_figures import fourier_figure
     from lab.circuits.fourier import spectra_over_training
 
     update, store, ids = panel

@@ -17,10 +17,10 @@ from lab.engine.identity import class_seed
 from lab.engine.jobs import JobManager
 from lab.engine.limits import Limits
 from lab.engine.store import RunStore
-from lab.teach.presets import PRESETS
+from lab.teach.presets.catalog import PRESETS
 from tests.helpers import FakeTrainer
 from tests.test_ui_presets import endpoint, knob_values, prop, wait_all
-from ui.compare_views import group_frames
+from ui.compare.views import group_frames
 from ui.knobs import KNOBS
 
 ADA, BOB, CY = "ada0000000000001", "bob0000000000002", "cy00000000000003"

@@ -16,7 +16,7 @@ import pytest
 from lab.cli.main import main, reading
 from lab.config import RunConfig, TaskConfig
 from lab.engine.store import RunStore
-from lab.taskshapes import loss_baselines
+from lab.tasks.shapes import loss_baselines
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TINY = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--d-ff", "32", "--batch-size", "8", "--steps", "20",

@@ -18,7 +18,7 @@ from lab.cli.main import main
 from lab.config import ModelConfig, RunConfig, TaskConfig
 from lab.engine.store import RunStore
 from lab.interventions import Interventions, parse_heads
-from lab.tasks import get_task
+from lab.tasks.batches import get_task
 from lab.views.analysis import load_model
 from lab.views.probing import ablation_report, generate, importance_map
 

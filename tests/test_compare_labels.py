@@ -1,4 +1,4 @@
-"""Compare's names and views (lab/views/run_labels.py label_runs, ui/compare.py, ui/compare_views.py), on stored runs
+"""Compare's names and views (lab/views/run_labels.py label_runs, ui/compare/tab.py, ui/compare/views.py), on stored runs
 that are not trained (configs and states only; curves from made-up metrics where needed).
 
 A run is named by what tells it from the runs shown with it: its own name if it has one (presets name
@@ -24,9 +24,9 @@ from lab.engine.grid import build_grid
 from lab.views.curves import curve
 from lab.views.run_labels import GROUP_CHARS, LEGEND_CHARS
 from ui.common import AppContext
-from ui.compare import build_compare_tab, export
-from ui.compare_render import Controls, render
-from ui.compare_views import (FILTER_LABELS, FILTER_PARAMS, SMOOTHING, choices, compare_frames, group_frames,
+from ui.compare.tab import build_compare_tab, export
+from ui.compare.render import Controls, render
+from ui.compare.views import (FILTER_LABELS, FILTER_PARAMS, SMOOTHING, choices, compare_frames, group_frames,
                               run_labels)
 from ui.knobs import KNOBS, config_from_values
 
@@ -229,7 +229,7 @@ def test_a_control_change_redraws_its_views_and_no_others(ctx):
 
 def test_the_export_titles_its_curves_as_compare_does_and_includes_the_seed_bands(ctx, monkeypatch):
     """The exported curves.png had axes "x" and "value", and the band figure was not exported."""
-    import ui.compare as compare
+    import ui.compare.tab as compare
 
     a, b = add(ctx, BASE), add(ctx, change(BASE, **{"train.seed": 1}))
     drawn = {}

@@ -9,7 +9,7 @@ from typing import Iterator
 import pytest
 
 import lab.positional
-import lab.tasks
+import lab.tasks.batches
 from lab.config import (
     ACTIVATIONS,
     ARCHS,
@@ -296,6 +296,6 @@ def test_positional_registry_matches_literal():
 
 
 def test_task_registry_matches_literal():
-    assert set(lab.tasks.TASKS) == set(TASK_NAMES)
-    for name, task in lab.tasks.TASKS.items():
+    assert set(lab.tasks.batches.TASKS) == set(TASK_NAMES)
+    for name, task in lab.tasks.batches.TASKS.items():
         assert task.name == name

@@ -14,7 +14,7 @@ from lab.config import ModelConfig, RunConfig, TaskConfig, declared_fields
 from lab.derived import N_CTX_FLOOR, derived_n_ctx, run_config, stated_in
 from lab.params import param_breakdown
 from lab.engine.grid import build_grid
-from lab.teach.presets import PRESETS
+from lab.teach.presets.catalog import PRESETS
 from ui.knobs import BY_URL, config_from_values, query_string, values_from_config, values_from_query
 from ui.share import read_config_file
 

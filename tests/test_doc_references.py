@@ -70,7 +70,7 @@ def test_the_checks_catch_a_moved_file_and_a_line_number():
     pattern are not; a line reference is found. (The examples are put together here, so that this file
     itself names no missing path.)"""
     moved, doc = "lab/" + "presets.py", REPO / "docs" / "x.md"
-    text = (f"See {moved} and lab/teach/presets.py, lab/engine/ and docs/screenshots/phone-*.png;\n"
+    text = (f"See {moved} and lab/teach/presets/catalog.py, lab/engine/ and docs/screenshots/phone-*.png;\n"
             "spaces/zero/client.py is the spaces package's, ../README.md is beside docs/.")
     assert missing_paths(doc, text, top_level()) == [f"{doc.relative_to(REPO)}:1: {moved}"]
     line = "as app.py" + ":51 says; not x.py: a, not v1.2:3"

@@ -11,7 +11,7 @@ import pytest
 import lab.cli.main as cli
 from lab.config import SECTIONS, ConfigError, RunConfig, declared_fields
 from lab.engine.grid import AXES
-from ui.compare import FILTERS, TABLE_COLS
+from ui.compare.tab import FILTERS, TABLE_COLS
 from ui.knobs import KNOBS, BY_URL
 
 FIELDS = declared_fields()

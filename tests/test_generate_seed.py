@@ -1,4 +1,4 @@
-"""Inspect's Generate (ui/intervene.py): above temperature 0 each click draws a new sample, and the note beside
+"""Inspect's Generate (ui/inspect/interventions.py): above temperature 0 each click draws a new sample, and the note beside
 it names the seed it used; with that seed in the Sample seed box the same sample comes back on every click.
 Temperature 0 is greedy: one answer, whatever the seed. (Every click used to sample with seed 0, so at
 temperature 0.8 it returned the same "sample" each time.)
@@ -17,8 +17,8 @@ from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.recorder import record_run
 from tests.helpers import app_context, app_with_run
 from ui.common import errors_as_messages
-from ui.intervene import panel_update
-from ui.intervene_parts import MapCache
+from ui.inspect.interventions import panel_update
+from ui.inspect.intervention_views import MapCache
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 BARELY = RunConfig(model=ModelConfig(n_layers=1, n_heads=2, d_model=32, d_ff=64, pos="learned"),
@@ -96,7 +96,7 @@ def test_a_run_change_clears_the_sample_and_its_seed(ctx, run):
 def test_a_run_with_a_single_attention_snapshot_gets_a_step_slider(ctx, run):
     """The run above keeps one snapshot: Inspect's step slider (a slider needs minimum < maximum) showed an
     error toast instead of the run."""
-    from ui.inspect import final_slider, step_slider
+    from ui.inspect.attention import final_slider, step_slider
 
     assert ctx.store.snapshot_steps(run) == [5]
     for slider in (step_slider(ctx, run), final_slider(ctx, run)):

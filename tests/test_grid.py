@@ -20,8 +20,8 @@ from lab.views.plots import bands_figure, params_figure, to_png
 from lab.engine.store import RunStore
 from lab.views.run_labels import short_label
 from ui.common import AppContext
-from ui.compare_render import Controls, render
-from ui.compare_views import compare_frames, group_frames, run_labels
+from ui.compare.render import Controls, render
+from ui.compare.views import compare_frames, group_frames, run_labels
 from ui.knobs import config_from_values
 from tests.helpers import tiny_config
 

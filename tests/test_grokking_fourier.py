@@ -1,5 +1,5 @@
 """The grokking preset's Fourier picture (Nanda et al. 2023; lab/circuits/fourier.py `around_jump`,
-lab/teach/preset_results.py `fourier_forming`): the share of the token embedding's non-constant power in its
+lab/teach/presets/results.py `fourier_forming`): the share of the token embedding's non-constant power in its
 8 strongest frequencies at the last snapshot of the memorising model (training accuracy first at 95%, held-out
 below 50%), the first after the jump (held-out exact-match >= 0.9) and the end, and the preset's explanation quoting them. The slow test trains the preset's weight-decay run
 once, at exactly its settings, and asserts what docs/SCIENCE.md records: spread while the model memorises,
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lab.circuits.fourier import Spectrum, around_jump
-from lab.teach.presets import PRESETS
+from lab.teach.presets.catalog import PRESETS
 from tests.test_train_metrics import grok_run as plain_grok_run
 
 WD, NO = "weight decay 1.0", "weight decay 0"
@@ -88,7 +88,7 @@ def test_the_embedding_is_spread_while_memorising_and_in_8_frequencies_after_the
     after the held-out jump (by the end of the preset's steps; the first snapshot after the jump has less, the
     concentration goes on), and a spread spectrum before it, when the model has memorised its training pairs
     (a random embedding holds about 0.17)."""
-    from lab.teach.preset_results import fourier_forming, run_result
+    from lab.teach.presets.results import fourier_forming, run_result
 
     store, run_id = trained
     f = fourier_forming(store, run_id)

@@ -16,7 +16,7 @@ from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.interventions import HeadRef, head_name
 from lab.teach import lessons
 from lab.teach.lesson_figures import page_figure
-from lab.teach.presets import PRESETS, measured
+from lab.teach.presets.catalog import PRESETS, measured
 from lab.views.plots import KIND_TITLES, attention_grid
 from lab.views.probe_plots import head_at, importance_frame, importance_sentence
 from lab.views.probing import importance_map

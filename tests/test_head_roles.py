@@ -134,7 +134,7 @@ def test_on_the_induction_preset_the_induction_head_forms_in_layer_1_as_the_loss
     fall (the phase change)."""
     from lab.engine.store import RunStore
     from lab.teach.lesson_circuits import steepest_fall
-    from lab.teach.presets import PRESETS
+    from lab.teach.presets.catalog import PRESETS
 
     cfg = next(c for c in PRESETS["induction"].runs if c.model.n_layers == 2)
     run_id = trained(tmp_path, replace(cfg, train=replace(cfg.train, device="cpu", seed=seed)), capsys)
@@ -191,8 +191,8 @@ def steepest_fall_of(losses):
 
 def test_the_induction_presets_sentence_quotes_the_commands_crossing_and_the_steepest_fall(tmp_path, capsys):
     from lab.engine.store import RunStore
-    from lab.teach.preset_results import induction_forming
-    from lab.teach.presets import forming_sentence
+    from lab.teach.presets.results import induction_forming
+    from lab.teach.presets.catalog import forming_sentence
 
     run_id = trained(tmp_path, TINY, capsys)
     printed = heads_json(tmp_path, run_id, capsys)

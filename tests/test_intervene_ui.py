@@ -1,4 +1,4 @@
-"""Inspect's intervention panel (ui/intervene.py, ui/intervene_parts.py): its callbacks called directly against
+"""Inspect's intervention panel (ui/inspect/interventions.py, ui/inspect/intervention_views.py): its callbacks called directly against
 a real run store holding small trained runs. The answer table is the model's greedy answer; Apply with a head
 knocked out changes the held-out metrics; a click on an importance cell knocks that head out; a run change
 clears or redraws every panel, even when its own event was dropped; bad controls are refused naming the field.
@@ -17,9 +17,9 @@ from lab.views.analysis import load_model, parse_probe, sampled_probe
 from lab.views.probing import ablation_report, greedy_answer
 from tests.helpers import app_context
 from ui.common import errors_as_messages
-from ui.inspect_tab import build_inspect_tab
-from ui.intervene import panel_update
-from ui.intervene_parts import API, MapCache, SEE_NOTE, api_call
+from ui.inspect.tab import build_inspect_tab
+from ui.inspect.interventions import panel_update
+from ui.inspect.intervention_views import API, MapCache, SEE_NOTE, api_call
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,7 +10,7 @@ import torch
 
 from lab.config import ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.interventions import HeadRef, Interventions, LayerRef, applied, head_means, parse_heads, parse_layers
-from lab.tasks import eval_batches, probe
+from lab.tasks.batches import eval_batches, probe
 from lab.views.analysis import load_model
 from lab.views.probing import ablation_report, greedy_answer, importance_map, logit_lens, metrics
 from tests.helpers import tiny_config

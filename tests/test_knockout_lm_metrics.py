@@ -1,4 +1,4 @@
-"""Knockouts of a language-model run quote what means something for its task (lab.taskshapes.headline_metrics):
+"""Knockouts of a language-model run quote what means something for its task (lab.tasks.shapes.headline_metrics):
 a solved induction run's knockout sentence, Inspect's grid and held-out table, and `python -m lab ablate`
 give the accuracy on the predictable positions (near 100% here) where they gave exact-match (near 0: it
 counts the first token of each repeat, which nothing predicts); a text run's give its loss alone, beside the
@@ -18,13 +18,13 @@ from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.store import RunStore
 from lab.evaluation import measure
 from lab.interventions import HeadRef, Interventions, applied
-from lab.tasks import get_task
-from lab.taskshapes import loss_baselines
+from lab.tasks.batches import get_task
+from lab.tasks.shapes import loss_baselines
 from lab.views.analysis import load_model
 from lab.views.probe_plots import importance_frame, importance_sentence, metrics_frame
 from lab.views.probing import ImportanceMap, ablation_report, held_out, importance_map, quoted
 from tests.helpers import trained_run
-from ui.intervene_parts import importance_parts
+from ui.inspect.intervention_views import importance_parts
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

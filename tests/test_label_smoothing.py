@@ -9,7 +9,7 @@ import torch
 
 import lab.cli.main as cli
 from lab.config import ConfigError, TrainConfig
-from lab.tasks import IGNORE_INDEX, get_task
+from lab.tasks.batches import IGNORE_INDEX, get_task
 from lab.trainer import build_model, train
 from ui.knobs import BY_URL, config_from_values, query_string, values_from_query
 from tests.helpers import tiny_config

@@ -22,7 +22,7 @@ from lab.teach.lesson_pages import PAGE_KEYS, PAGES, markdown, page
 from lab.model import Transformer
 from lab.views.plots import to_png
 from lab.engine.store import RunStore
-from lab.tasks import get_task
+from lab.tasks.batches import get_task
 from lab.trainer import train
 from ui.common import AppContext
 from ui.learn import NO_RUN, build_learn_tab, neighbour, page_view, subject_for

@@ -3,7 +3,7 @@ them (lab/teach/length_scan.py, lab/teach/sequence_length.json): the sentence fo
 from __future__ import annotations
 
 from lab.teach import length_scan
-from lab.teach.presets import PRESETS
+from lab.teach.presets.catalog import PRESETS
 
 
 def scan(cpu: list[tuple[int, float, float]], cuda: list[tuple[int, float, float]] = ()) -> dict:

@@ -14,8 +14,8 @@ from lab.evaluation import measure
 from lab.model import ModelOutput
 from lab.records import EvalRecord
 from lab.trainer import train
-from lab.tasks import IGNORE_INDEX, Batch, get_task
-from lab.taskshapes import SHAPES, headline_metrics, loss_baselines
+from lab.tasks.batches import IGNORE_INDEX, Batch, get_task
+from lab.tasks.shapes import SHAPES, headline_metrics, loss_baselines
 from lab.teach.loss_reading import headline_sentence, overfitting_sentence
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # torch at one intra-op thread (tests/conftest.py)

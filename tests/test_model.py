@@ -12,7 +12,7 @@ import torch.nn as nn
 from lab.config import TRANSFORMERS, NORMS, POS_ENCODINGS, ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.model import IGNORE_INDEX, Block, Transformer
 from lab.positional import PositionalEncoding
-from lab.tasks import get_task
+from lab.tasks.batches import get_task
 from lab.trainer import build_model
 
 AXES = list(itertools.product(POS_ENCODINGS, NORMS, TRANSFORMERS))

@@ -2,7 +2,7 @@
 interventions quote the same held-out loss and the same knockout for the same run, each saying what it was
 measured on, and the held-out loss they quote is the run's own final evaluation. A small induction-like pair
 of runs is trained here (a few seconds) and every number is read from the text and figures the three places
-produce, through the functions they call (ui/presets.py, ui/intervene_parts.py, ui/learn.py).
+produce, through the functions they call (ui/presets.py, ui/inspect/intervention_views.py, ui/learn.py).
 
 Also: a ratio to the median head's knockout is only quoted where the median head changes the loss (it printed
 "495876417.5x" when the median rise was 0), on a model whose median head provably changes nothing; and the
@@ -23,12 +23,12 @@ from lab.teach.attention_measures import knockout_sentence
 from lab.teach.lesson_figures import page_figure
 from lab.teach.lesson_interventions import versus_median
 from lab.teach.lesson_pages import page
-from lab.teach.presets import LN_RUNS, PRESETS
+from lab.teach.presets.catalog import LN_RUNS, PRESETS
 from lab.views.probing import MATTERS, importance_map, knockout_summary, median_ratio
 from tests.helpers import app_context, trained_run
-from ui.intervene_parts import MapCache, api_call
+from ui.inspect.intervention_views import MapCache, api_call
 from ui.learn import page_view
-from lab.teach.preset_results import run_result, wanted
+from lab.teach.presets.results import run_result, wanted
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

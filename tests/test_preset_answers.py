@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from lab.teach.attention_measures import anti_diagonal
-from lab.teach.presets import PRESETS, measured
+from lab.teach.presets.catalog import PRESETS, measured
 
 
 def summ(loss: float, em: float, train_loss: float | None = None, ood_em: float = 0.0) -> dict:

@@ -14,9 +14,9 @@ import pytest
 import app
 from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
-from lab.teach.presets import PRESETS
+from lab.teach.presets.catalog import PRESETS
 from tests.helpers import launch_app
-from lab.teach.preset_results import run_result, wanted
+from lab.teach.presets.results import run_result, wanted
 from ui.presets import newest_runs
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -14,9 +14,9 @@ from lab.config import RunConfig
 from lab.derived import derived_n_ctx
 from lab.engine.recorder import summary_of
 from lab.teach.attention_measures import previous_token_share
-from lab.teach.presets import LN_RUNS, METRICS, PES, PRESETS, RESID_RUNS, SCALING_RUNS, SEEDS, Preset
+from lab.teach.presets.catalog import LN_RUNS, METRICS, PES, PRESETS, RESID_RUNS, SCALING_RUNS, SEEDS, Preset
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
-from lab.tasks import get_task
+from lab.tasks.batches import get_task
 
 EXPECTED = {"hello_sort", "induction", "pre_post_ln", "short_long", "beyond", "encoder_decoder", "grokking",
             "why_attention", "why_residuals", "why_scaling", "stability", "table3"}
@@ -355,7 +355,7 @@ def test_encoder_decoder_reverses_with_anti_diagonal_cross_attention():
 @pytest.mark.slow
 def test_attention_reverses_where_an_lstm_of_the_same_size_fails_far_back():
     from lab.teach.distance import accuracy_by_distance, near_and_far
-    from lab.teach.presets import measured
+    from lab.teach.presets.catalog import measured
     from lab.views.analysis import load_model
 
     preset = PRESETS["why_attention"]
@@ -411,7 +411,7 @@ def test_grokking_needs_weight_decay():
 
 @pytest.mark.slow
 def test_the_stability_map_finds_where_post_ln_fails_without_warmup_and_pre_ln_trains():
-    from lab.teach import stability as s
+    from lab.teach.presets import stability as s
 
     r = Ran(PRESETS["stability"])
     losses = {n: round(r.ev(n), 3) for n in r.summaries}

@@ -1,4 +1,4 @@
-"""Publishing runs to a Trackio class board (lab/engine/publish.py, lab/cli/publish.py; issue 16, item 3).
+"""Publishing runs to a Trackio class board (lab/engine/trackio_board.py, lab/cli/publish.py; issue 16, item 3).
 
 Three small real runs (an ablation grid's PE x seed: two rope seeds share a group) and three bad ones
 (queued, damaged, failed with no metrics) are published to a local Trackio project in a temp folder,
@@ -23,7 +23,7 @@ from lab.cli import publish as cli_publish
 from lab.config import flatten
 from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
-from lab.engine.publish import finished_run_ids, publish_runs, run_group
+from lab.engine.trackio_board import finished_run_ids, publish_runs, run_group
 from lab.engine.grid import build_grid
 from tests.helpers import PUBLISHED as BASE, REPO, expected_points, needs_trackio, read_back, sort_key
 
@@ -161,7 +161,7 @@ def test_without_trackio_the_message_says_what_to_install(runs, tmp_path, capsys
 
 
 def test_importing_lab_imports_no_trackio():
-    code = ("import sys, lab, lab.engine.publish, lab.cli.publish, lab.cli; "
+    code = ("import sys, lab, lab.engine.trackio_board, lab.cli.publish, lab.cli; "
             "assert 'trackio' not in sys.modules, 'trackio imported'")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -1,4 +1,4 @@
-"""Compare's "Publish to a class board" (ui/publish.py): the launched app publishes the runs picked in
+"""Compare's "Publish to a class board" (ui/compare/class_board.py): the launched app publishes the runs picked in
 Compare to a local Trackio project (its own TRACKIO_DIR), read back through Trackio; a live run is skipped
 with its reason; a bad project name is one line naming the field; a public server offers no such button."""
 from __future__ import annotations
@@ -7,10 +7,10 @@ import pytest
 
 from lab.engine.limits import Limits
 from lab.engine.store import RunStore
-from lab.engine.publish import PublishReport
+from lab.engine.trackio_board import PublishReport
 from tests.helpers import PUBLISHED as BASE, app_context, expected_points, launch_app, needs_trackio, read_back, \
     sort_key, trained_run
-from ui.publish import publish_available, report_text
+from ui.compare.class_board import publish_available, report_text
 
 pytestmark = needs_trackio
 

@@ -111,7 +111,7 @@ TIMER: dict = {}  # client -> the live timer's state its page last got
 
 def live_curve(client: Any, run_id: str) -> tuple[Any, bool]:
     views = compare_api(client, [run_id], smoothing=0.0)
-    # the client's session keeps what its page shows: the timer is sent when it changes (ui/compare_render.py)
+    # the client's session keeps what its page shows: the timer is sent when it changes (ui/compare/render.py)
     TIMER.update({client: views["timer"]["active"]} if "active" in (views["timer"] or {}) else {})
     return plotted(views["curves"]), bool(TIMER.get(client))
 

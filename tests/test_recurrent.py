@@ -10,7 +10,7 @@ from torch import nn
 
 from lab.config import ModelConfig
 from lab.recurrent import CELLS, RecurrentLM, layer_params, recurrent_params
-from lab.taskshapes import IGNORE_INDEX
+from lab.tasks.shapes import IGNORE_INDEX
 
 VOCAB = 11
 

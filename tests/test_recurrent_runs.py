@@ -61,9 +61,9 @@ def lstm_run(tmp_path_factory):
 
 
 def test_inspect_says_there_is_no_attention_and_still_answers(lstm_run):
-    from ui.inspect import attention_view, positional_panel, run_label
-    from ui.intervene import panel_update
-    from ui.intervene_parts import MapCache
+    from ui.inspect.attention import attention_view, positional_panel, run_label
+    from ui.inspect.interventions import panel_update
+    from ui.inspect.intervention_views import MapCache
 
     ctx, run_id = lstm_run
     assert run_label(ctx, run_id).startswith("lstm L2 s0 reverse")

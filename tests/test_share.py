@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl
 import pytest
 
 from lab.config import RunConfig
-from lab.teach.presets import PRESETS
+from lab.teach.presets.catalog import PRESETS
 from ui.knobs import KNOBS, config_from_values, query_string, values_from_config, values_from_query
 from ui.share import read_config_file
 

@@ -3,14 +3,14 @@ after which every later evaluation stays there too, and the sentence says so. (A
 called "solved by step 325" although its held-out exact-match dipped below the target at step 350.)
 
 The curves are crafted metrics in a real run store, read back the way a preset's card and status line
-read them (`run_result` in lab/teach/preset_results.py: the run's metrics frame, its evaluations oldest first).
+read them (`run_result` in lab/teach/presets/results.py: the run's metrics frame, its evaluations oldest first).
 """
 from __future__ import annotations
 
 from lab.engine.store import RunStore
 from lab.records import EvalRecord
-from lab.teach.presets import PRESETS, SOLVED
-from lab.teach.preset_results import run_result
+from lab.teach.presets.catalog import PRESETS, SOLVED
+from lab.teach.presets.results import run_result
 
 SORT = PRESETS["hello_sort"]
 DEFINITION = "(held-out exact-match at or above 99.9% from that evaluation on)"

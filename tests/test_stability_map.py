@@ -1,4 +1,4 @@
-"""The stability map (lab/views/stability.py; Compare's map, ui/compare_render.py stability_view): a grid's
+"""The stability map (lab/views/stability_map.py; Compare's map, ui/compare/render.py stability_view): a grid's
 final metric over two numeric axes, a panel per value of its other axes, seed repeats averaged, failed,
 diverged and unlearned runs marked. Stored runs with made-up metrics (no training), read back through
 Compare's one render event; the preset's claim is trained in tests/test_presets.py."""
@@ -15,10 +15,10 @@ from lab.engine.grid import build_grid
 from lab.engine.store import RunStore
 from lab.engine.jobs import JobManager
 from lab.records import EvalRecord, StepRecord
-from lab.teach import stability as preset
-from lab.views.stability import RunFinal, cell_text, run_final, stability_map, stability_plot
+from lab.teach.presets import stability as preset
+from lab.views.stability_map import RunFinal, cell_text, run_final, stability_map, stability_plot
 from ui.common import AppContext
-from ui.compare_render import Controls, render
+from ui.compare.render import Controls, render
 from tests.test_compare_labels import BASE
 
 

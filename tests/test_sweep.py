@@ -87,7 +87,7 @@ def test_ray_settings_from_the_environment():
 
 def test_nothing_in_lab_imports_ray():
     code = ("import sys, lab, lab.cli.main, lab.engine.jobs, lab.engine.slots, lab.engine.environment, lab.engine.grid, "
-            "lab.cli.sweep, lab.engine.publish\nlab.cli.main.build_parser()\n"
+            "lab.cli.sweep, lab.engine.trackio_board\nlab.cli.main.build_parser()\n"
             "print(sorted(m for m in sys.modules if m == 'ray' or m.startswith('ray.')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr

@@ -1,4 +1,4 @@
-"""Table 3 at toy scale (lab/teach/table3.py): the paper's rows, the runs that measure them, and the marks that
+"""Table 3 at toy scale (lab/teach/presets/table3.py): the paper's rows, the runs that measure them, and the marks that
 say whether each measured band goes the paper's way."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from lab.config import RunConfig
-from lab.teach.table3 import (BASE, BASE_ROW, OPPOSITE, ROWS, SAME, SEEDS, SPREAD, Band, configs, mark,
+from lab.teach.presets.table3 import (BASE, BASE_ROW, OPPOSITE, ROWS, SAME, SEEDS, SPREAD, Band, configs, mark,
                               perplexity, table)
 from tests.helpers import REPO
 
@@ -66,7 +66,7 @@ def test_the_docs_carry_the_reference_values():
 
 
 def test_the_presets_explanation_is_the_table_with_a_count_of_its_marks():
-    from lab.teach.presets import PRESETS
+    from lab.teach.presets.catalog import PRESETS
 
     losses = {"base": (1.0, 1.02, 1.04), "A h=1": (1.2, 1.25, 1.22), "A h=32": (1.0, 1.3, 1.1),
               "B d_k/4": (1.3, 1.31, 1.32), "C N/3": (1.5, 1.6, 1.55), "D dropout 0": (0.9, 0.92, 0.91),

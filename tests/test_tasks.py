@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lab.config import TRANSFORMERS, TASK_NAMES, ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.tasks import (
+from lab.tasks.batches import (
     IGNORE_INDEX,
     TASKS,
     Batch,

@@ -1,5 +1,5 @@
-"""The task registry: each task is declared once (its shape in lab/taskshapes.py, listed in SHAPES), its
-generator in lab/tasks.py holds that shape, every list of task names comes from the registry, and the
+"""The task registry: each task is declared once (its shape in lab/tasks/shapes.py, listed in SHAPES), its
+generator in lab/tasks/batches.py holds that shape, every list of task names comes from the registry, and the
 batches stay the same random streams they always were."""
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import sys
 import pytest
 import torch
 
-from lab import tasks, taskshapes
+from lab.tasks import batches as tasks, shapes as taskshapes
 from lab.config import TRANSFORMERS, TASK_NAMES, TaskConfig
 from lab.fields import declared
-from lab.taskshapes import SHAPES, TaskShape, loss_baselines, readers, task_shape
+from lab.tasks.shapes import SHAPES, TaskShape, loss_baselines, readers, task_shape
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # torch at one intra-op thread (tests/conftest.py)
 
@@ -44,7 +44,7 @@ def test_a_generator_without_a_shape_or_a_second_generator_is_refused(monkeypatc
 
 
 def test_the_shapes_import_no_torch():
-    code = "import sys, lab.taskshapes; print('torch' in sys.modules)"
+    code = "import sys, lab.tasks.shapes; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -18,7 +18,7 @@ import torch
 from lab.config import ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig, flatten, in_words
 from lab.engine.jobs import JobManager
 from lab.engine.store import RunStore
-from lab.tasks import IGNORE_INDEX, eval_batches, get_task, probe
+from lab.tasks.batches import IGNORE_INDEX, eval_batches, get_task, probe
 from lab.textdata import (MAX_CHARS, MAX_DISTINCT, MIN_CHARS, builtin_text, char_label, split_at,
                           unigram_entropy_nats, vocabulary)
 from ui.knobs import config_from_values, query_string

@@ -16,8 +16,8 @@ from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
 from lab.evaluation import TRAIN_SHARE, evaluation_sets, train_samples
 from lab.records import EvalRecord, StepRecord
-from lab.tasks import eval_batches, get_task, text_tokens
-from lab.teach.presets import PRESETS, measured
+from lab.tasks.batches import eval_batches, get_task, text_tokens
+from lab.teach.presets.catalog import PRESETS, measured
 from lab.textdata import builtin_text
 from lab.trainer import train
 

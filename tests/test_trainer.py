@@ -13,7 +13,7 @@ import torch.nn as nn
 from lab.config import TRANSFORMERS, ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.model import ModelOutput
 from lab.records import EvalRecord, SnapshotRecord, StepRecord
-from lab.tasks import IGNORE_INDEX, eval_batches, get_task, probe
+from lab.tasks.batches import IGNORE_INDEX, eval_batches, get_task, probe
 from lab.trainer import (
     build_model,
     evaluate,

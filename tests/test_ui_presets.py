@@ -15,7 +15,7 @@ import pytest
 import app
 from lab.engine.grid import build_grid
 from lab.engine.jobs import JobManager
-from lab.teach.presets import PRESETS
+from lab.teach.presets.catalog import PRESETS
 from lab.engine.store import RunStore
 from tests.helpers import FakeTrainer
 from ui.grid import preview_text
@@ -64,7 +64,7 @@ def test_a_preset_click_submits_exactly_its_configs_and_opens_compare(setup, key
     assert [store.config(r) for r in ids] == list(preset.runs)  # the very configs, names included
     assert {store.status(r)["owner"] for r in ids} == {"u1"}
     assert my_runs == ids + ["older-run"]
-    # Compare opens on the preset's runs and curve in the same step (one event redraws it: ui/compare.py)
+    # Compare opens on the preset's runs and curve in the same step (one event redraws it: ui/compare/tab.py)
     assert prop(tabs, "selected") == "compare" and prop(pick, "value") == ids
     assert prop(metric, "value") == [preset.metric] and prop(group, "value") is True and prop(timer, "active")
     assert {r for _, r in prop(pick, "choices")} >= set(ids)

@@ -25,8 +25,8 @@ from lab.engine.store import RunStore
 from lab.views.analysis import pca_type
 from lab.views.curve_figures import warm_up
 from ui.common import AppContext
-from ui.compare import build_compare_tab
-from ui.inspect_tab import build_inspect_tab
+from ui.compare.tab import build_compare_tab
+from ui.inspect.tab import build_inspect_tab
 from ui.learn import build_learn_tab
 from ui.presets import build_presets_tab, compare_note
 from ui.train import build_train_tab

@@ -17,7 +17,7 @@ import gradio as gr
 from lab.config import ConfigError, in_words
 from lab.engine.grid import AXES, MAX_AXES, MAX_RUNS, build_grid
 from ui.common import AppContext, Outputs, errors_as_messages, kept, remember_runs, with_api_params
-from ui.compare import opening
+from ui.compare.tab import opening
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values
 
 EXAMPLES = {"PE": "rope, alibi", "norm": "pre, post", "heads": "1, 2, 4", "layers": "1, 2",

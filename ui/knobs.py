@@ -20,7 +20,7 @@ import gradio as gr
 from lab.config import ConfigError, RunConfig, declared_fields
 from lab.derived import lengths_on_choosing, resolve
 from lab.fields import FieldInfo, shown
-from lab.taskshapes import SHAPES
+from lab.tasks.shapes import SHAPES
 
 
 _MAKERS: dict[str, Callable[..., gr.components.Component]] = {
@@ -61,7 +61,7 @@ class Knob:
         return values.get(other, BY_KEY[other].default()) == wanted
 
     def means_something(self, task: Any) -> bool:
-        """Whether the knob is read when task `task` is chosen (lab/taskshapes.py `reads`); every knob
+        """Whether the knob is read when task `task` is chosen (lab/tasks/shapes.py `reads`); every knob
         outside the task section, and every knob for an unknown task, is."""
         sec, name = self.key.split(".")
         return sec != "task" or name == "name" or task not in SHAPES or name in SHAPES[task].reads

@@ -17,11 +17,11 @@ from lab.teach.lesson_figures import page_figure
 from lab.views.analysis import MAX_PROBE_CHARS
 from lab.teach.lesson_pages import PAGE_KEYS, PAGES, markdown, page
 from lab.teach.lessons import Subject, default_subject
-from lab.teach.preset_results import run_history
+from lab.teach.presets.results import run_history
 from lab.engine.storefs import RunNotFoundError
 from lab.views.run_labels import short_label
 from ui.common import AppContext, errors_as_messages, with_api_params
-from ui.inspect import run_choices
+from ui.inspect.attention import run_choices
 
 NO_RUN = "(untrained default model)"  # never a run id: run ids start with a letter or digit
 LATEX = [{"left": "$$", "right": "$$", "display": True}, {"left": "$", "right": "$", "display": False}]

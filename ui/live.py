@@ -25,8 +25,8 @@ import pandas as pd
 
 from lab.engine.limits import thin
 from lab.engine.sharing import provenance
-from lab.tasks import get_task
-from lab.taskshapes import headline_metrics
+from lab.tasks.batches import get_task
+from lab.tasks.shapes import headline_metrics
 from lab.teach.loss_reading import headline_sentence, overfitting_sentence
 from lab.views.curves import curve, with_series
 from ui.common import AppContext
@@ -137,7 +137,7 @@ ACC_COLUMNS = {"exact_match": "exact-match", "predictable_acc": "accuracy (predi
 
 
 def accuracy_of(task: str) -> str:
-    """The accuracy the live plot draws for `task`: its headline accuracy (lab.taskshapes.headline_metrics),
+    """The accuracy the live plot draws for `task`: its headline accuracy (lab.tasks.shapes.headline_metrics),
     token accuracy for a character model (each next character right)."""
     return next((c for c in headline_metrics(task) if c in ACC_COLUMNS), "token_acc")
 

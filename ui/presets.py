@@ -1,4 +1,4 @@
-"""Presets tab: known results from docs/SCIENCE.md, one click each (the runs live in lab/teach/presets.py).
+"""Presets tab: known results from docs/SCIENCE.md, one click each (the runs live in lab/teach/presets/catalog.py).
 
 Each preset shows its "predict before you click" question, its reference and how long its runs would
 take if started now: the job manager's estimate from this server's measured speed and its queue
@@ -24,13 +24,13 @@ from lab.config import RunConfig
 from lab.engine.estimate import Estimate
 from lab.engine.identity import class_seed, code_version, fresh_seed, seeded
 from lab.engine.sharing import class_runs, describe_claim, provenance
-from lab.teach.presets import PRESETS, Preset
+from lab.teach.presets.catalog import PRESETS, Preset
 from lab.engine.store import FINISHED_STATES, LIVE_STATES  # a stopped run has its final evaluation
 from lab.engine.storefs import DamagedRunError, RunIdError, RunNotFoundError
-from lab.teach.preset_results import run_result, wanted
+from lab.teach.presets.results import run_result, wanted
 from ui.common import AppContext, Outputs, errors_as_messages, kept, remember_runs
-from ui.compare import Opened
-from ui.compare import opening as compare_opening
+from ui.compare.tab import Opened
+from ui.compare.tab import opening as compare_opening
 
 POLL_S = 2.0
 _RESULTS: dict[tuple, str] = {}  # (preset key, its newest finished runs with their updated_at) -> explanation
@@ -204,7 +204,7 @@ def shown_runs(ctx: AppContext, preset: Preset, ids: list[str], pooled: bool) ->
 @dataclass(frozen=True)
 class PresetLaunch(Outputs):
     """A preset button's outputs: the browser's last preset and runs, the preset's line and timer, Compare
-    opened on its runs (ui/compare.py `Opened`)."""
+    opened on its runs (ui/compare/tab.py `Opened`)."""
     last: Any = kept()
     my_runs: Any = kept()
     status: Any = kept()

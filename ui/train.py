@@ -77,7 +77,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                                      info="From the run's last checkpoint.", scale=2)
                     cont = gr.Button("Continue training", size="sm", elem_id="continue-btn", scale=1)
                 cont_note = gr.Markdown("", elem_id="continue-note")
-                # fixed titles: a changed title redraws with the data from before the update (ui/compare.py)
+                # fixed titles: a changed title redraws with the data from before the update (ui/compare/tab.py)
                 loss_plot = gr.LinePlot(x="step", y="value", color="series", title="Loss (nats a token)",
                                         y_title="cross-entropy", elem_id="live-loss", height=260, x_axis_format="d")
                 acc_plot = gr.LinePlot(x="step", y="value", color="series", title=ACC_TITLE, y_title="accuracy",

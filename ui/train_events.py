@@ -18,8 +18,8 @@ from lab.engine.sharing import describe_claim
 from lab.engine.store import TERMINAL_STATES, DamagedRunError, RunNotFoundError
 from lab.fields import shown
 from lab.params import param_breakdown
-from lab.tasks import get_task
-from lab.taskshapes import loss_baselines
+from lab.tasks.batches import get_task
+from lab.tasks.shapes import loss_baselines
 from lab.textdata import text_of
 from ui.common import (AppContext, Outputs, acting_owner, errors_as_messages, is_run_id, kept, permission)
 from ui.gpu import stop_gpu_run

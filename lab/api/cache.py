@@ -28,7 +28,7 @@ from lab.config import ConfigError
 from lab.interventions import (MODES, POSITIONAL, HeadRef, Interventions, LayerRef, parse_heads,
                                parse_layers)
 from lab.model import Transformer
-from lab.tasks import Batch
+from lab.tasks.batches import Batch
 
 SHORT = {"pattern": "blocks.{}.attn.hook_pattern", "resid_pre": "blocks.{}.hook_resid_pre",
          "z": "blocks.{}.attn.hook_z", "attn_out": "blocks.{}.hook_attn_out", "mlp_out": "blocks.{}.hook_mlp_out",

@@ -80,7 +80,7 @@ def probe_half(cfg: Any) -> int:
     """The repeat length: half of the longest input the model trained on (its task's probe, at max_len), at
     most 32 (at least 2). Not half of n_ctx: a context made room for longer evaluation lengths holds
     positions training never reached, whose learned encodings are still at their initialisation."""
-    from lab.tasks import probe
+    from lab.tasks.batches import probe
 
     trained = probe(cfg.task, cfg.model.arch).inp.shape[1]
     return max(2, min(32, trained // 2))

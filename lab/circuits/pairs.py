@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from lab.config import ConfigError, RunConfig
-from lab.tasks import get_task
-from lab.taskshapes import IGNORE_INDEX
+from lab.tasks.batches import get_task
+from lab.tasks.shapes import IGNORE_INDEX
 from lab.views.analysis import generation_prompt, sampled_probe, tokens_text
 
 MAX_CANDIDATES = 256  # corruptions tried in one batched forward when the task names no place

@@ -20,7 +20,7 @@ from typing import Any, Callable, Optional
 
 from lab.cli.sweep import run_all
 from lab.config import ConfigError
-from lab.teach.presets import PRESETS
+from lab.teach.presets.catalog import PRESETS
 
 
 def add_bundle_command(sub: Any) -> None:

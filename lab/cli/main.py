@@ -8,7 +8,7 @@ folder, to its config's steps or to N in all (lab/engine/continuation.py).
 
 Progress goes to stderr; with --json, stdout carries exactly one JSON object. A bad flag value
 exits with status 2 and one line naming the field, before any run folder is created. A run's final
-numbers are read by what means something for its task (lab.taskshapes.headline_metrics, in the sentences
+numbers are read by what means something for its task (lab.tasks.shapes.headline_metrics, in the sentences
 of lab/teach/loss_reading.py): exact-match for the sequence tasks, the loss against the unigram baseline
 and chance for text, loss and the accuracy on the predictable positions for induction.
 """
@@ -270,7 +270,7 @@ def _evals(store: Any, run_id: str) -> list[dict]:
 def held_out_cell(store: Any, row: Mapping[str, Any]) -> str:
     """`list`'s final held-out numbers of one run: exact-match for the sequence tasks, as the column always
     was; a language-model task's headline metrics (text: the loss beside its unigram baseline)."""
-    from lab.taskshapes import SHAPES, headline_metrics, loss_baselines
+    from lab.tasks.shapes import SHAPES, headline_metrics, loss_baselines
 
     def num(key: str) -> Optional[float]:
         v = row.get(f"final.eval.{key}")

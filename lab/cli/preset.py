@@ -3,9 +3,9 @@
     python -m lab preset why_attention
     python -m lab preset table3 --json
 
-Runs every run of a preset (lab/teach/presets.py: the app's Presets tab, its one-click buttons) through the
+Runs every run of a preset (lab/teach/presets/catalog.py: the app's Presets tab, its one-click buttons) through the
 job manager, as the app does, and prints the preset's explanation, read from the store as the app reads
-it (lab/teach/preset_results.py), so the command line and the app say the same thing of the same runs.
+it (lab/teach/presets/results.py), so the command line and the app say the same thing of the same runs.
 Before it starts, stderr says how long the runs should take on this machine (the job manager's estimate).
 `--steps N` trains each run for N steps instead of the preset's own (a quick look; the claim is made at the
 preset's settings). With --json, stdout carries one JSON object `{preset, runs: [...], explanation, wall_s}`.
@@ -23,8 +23,8 @@ from typing import Any, Callable, Optional
 
 from lab.cli.sweep import run_all, summarise
 from lab.config import ConfigError, RunConfig
-from lab.teach.preset_results import explanation
-from lab.teach.presets import PRESETS
+from lab.teach.presets.results import explanation
+from lab.teach.presets.catalog import PRESETS
 
 
 def add_preset_command(sub: Any) -> None:

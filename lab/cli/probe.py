@@ -232,7 +232,7 @@ def cmd_sample(args: argparse.Namespace, store: Any) -> int:
 
 
 def _labels(cfg: RunConfig, tokens: list[int]) -> list[str]:
-    from lab.tasks import get_task
+    from lab.tasks.batches import get_task
 
     task = get_task(cfg.task.name)
     return [task.label(cfg.task, t) for t in tokens]

@@ -1,4 +1,4 @@
-"""Command line for the class board: `python -m lab publish` (lab/engine/publish.py does the work).
+"""Command line for the class board: `python -m lab publish` (lab/engine/trackio_board.py does the work).
 
     python -m lab publish RUN_ID [RUN_ID ...] --project NAME [--space USER/SPACE] [--group-by KEYS] [--json]
     python -m lab publish --all --project NAME [...]          # every completed or stopped run in the store
@@ -22,7 +22,7 @@ import sys
 from typing import Any, Callable, NoReturn, Optional, Sequence
 
 from lab.config import ConfigError
-from lab.engine.publish import SPACE_ENV, TrackioMissing, check_group_by, check_project, finished_run_ids, publish_runs
+from lab.engine.trackio_board import SPACE_ENV, TrackioMissing, check_group_by, check_project, finished_run_ids, publish_runs
 
 FLAGS = {"project": "--project", "group_by": "--group-by", "space": "--space"}  # publish_runs' fields -> flags
 

@@ -19,7 +19,7 @@ import functools
 from dataclasses import dataclass
 
 from lab.config import GATED, GATES, RECURRENT, RunConfig
-from lab.taskshapes import task_shape
+from lab.tasks.shapes import task_shape
 
 # ---- constants: seconds on one idle core of the dev machine, 1 intra-op thread --------------------------
 STEP_S = 0.52e-3  # per training step: optimizer, batch generation, Python
@@ -115,7 +115,7 @@ def eval_sets(cfg: RunConfig) -> tuple[tuple[str, int], ...]:
 
 
 def set_seconds(cfg: RunConfig, split: str, samples: int) -> float:
-    """Modelled seconds (before TYPICAL) of one evaluation set: as lab.tasks.eval_batches, `samples` spread
+    """Modelled seconds (before TYPICAL) of one evaluation set: as lab.tasks.batches.eval_batches, `samples` spread
     evenly over the split's lengths, 256 a batch."""
     m = cfg.model
     blocks = m.n_layers * (2 if m.arch == "encoder-decoder" else 1)

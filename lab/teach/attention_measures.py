@@ -56,7 +56,7 @@ def _number(x: float) -> str:
 def knockout_sentence(result: dict[str, Any]) -> str:
     """" Knocking out (zeroing) layer 0 head 1, which puts 89% of its attention on the previous token, raises
     its held-out loss from 0.79 to 8.02, 18x as much as the median head (+0.41; click its cell in Inspect). ..."
-    from a run's measured result (lab.teach.presets.measured: its "knockout", "attention" and "steps"); "" without
+    from a run's measured result (lab.teach.presets.catalog.measured: its "knockout", "attention" and "steps"); "" without
     a knockout. A ratio only where the median head's knockout changes the loss measurably (`median_ratio`)."""
     k = result.get("knockout") or {}
     if not k:

@@ -1,13 +1,13 @@
 """Accuracy against distance: how far back the token a model must write was read (the reverse task).
 
-In the decoder-only format (prompt, separator, answer: lab/tasks.py `Task.layout`) answer token j of a
+In the decoder-only format (prompt, separator, answer: lab/tasks/batches.py `Task.layout`) answer token j of a
 reversed prompt of length P is predicted at sequence position P + j and copies the prompt token at position
 P - 1 - j: it looks 2j + 1 positions back, from 1 (the last prompt token, written first) to 2P - 1 (the
 first, written last). Attention reads any earlier position in one step; a recurrent model must carry each
 token through its state, one step at a time, for that many steps. Vaswani et al. 2017, section 4 and
 Table 1: a self-attention layer's longest path between two positions is O(1), a recurrent layer's O(n).
 
-Used by the "Why attention, not recurrence" preset (lab/teach/presets.py), measured on a run's final weights.
+Used by the "Why attention, not recurrence" preset (lab/teach/presets/catalog.py), measured on a run's final weights.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from lab.config import RunConfig
-from lab.tasks import IGNORE_INDEX, eval_batches
+from lab.tasks.batches import IGNORE_INDEX, eval_batches
 
 SAMPLES = 256  # held-out sequences measured (the presets' eval_samples)
 

@@ -22,7 +22,7 @@ from lab.views.analysis import ProbeInput, attention, load_model, parse_probe, p
 from lab.config import RunConfig
 from lab.model import Transformer
 from lab.positional import sinusoidal_table
-from lab.tasks import Batch, get_task
+from lab.tasks.batches import Batch, get_task
 
 LN_MIN_LAYERS = 6  # the pre/post-LN exercise uses at least this many layers, so a trend can show
 LN_BATCH = 16

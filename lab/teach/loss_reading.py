@@ -4,7 +4,7 @@ overfitting its training text.
 
 A language model of real text (the `text` task) is never right on a whole window, so its exact-match says
 nothing; its loss (nats a character, as every loss in this lab) is read against two baselines
-(lab/taskshapes.py `loss_baselines`): chance, ln of the vocabulary size (a uniform guess), and the unigram
+(lab/tasks/shapes.py `loss_baselines`): chance, ln of the vocabulary size (a uniform guess), and the unigram
 baseline, the entropy of the training text's character frequencies (the best a model that ignores context
 can do; Shannon 1951, "Prediction and entropy of printed English"). Induction's exact-match counts the first
 token of each repeat, which nothing predicts, so the accuracy on the rest of the repeat is its measure
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from lab.taskshapes import TaskConfig, headline_metrics, loss_baselines
+from lab.tasks.shapes import TaskConfig, headline_metrics, loss_baselines
 
 
 def _pct(x: float) -> str:
@@ -53,7 +53,7 @@ def baselines_clause(cfg: TaskConfig, loss: float) -> str:
 
 
 def headline_sentence(cfg: TaskConfig, metrics: Mapping[str, Any], where: str = "held-out") -> str:
-    """One sentence on the metrics that mean something for the task (lab.taskshapes.headline_metrics), from a
+    """One sentence on the metrics that mean something for the task (lab.tasks.shapes.headline_metrics), from a
     dict with "loss", "exact_match", "token_acc" (and "predictable_acc" for induction) measured on `where`
     ("held-out", "training"): 'Held-out loss 1.52 nats a character, below the unigram baseline ...'."""
     head, lead = headline_metrics(cfg.name), where[:1].upper() + where[1:]

@@ -16,7 +16,7 @@ import torch
 from lab.config import ConfigError, RunConfig
 from lab.model import Transformer
 from lab.positional import build_positional
-from lab.tasks import IGNORE_INDEX, Batch, get_task, probe
+from lab.tasks.batches import IGNORE_INDEX, Batch, get_task, probe
 
 PROBE_SOURCES = ("sampled", "typed")  # the probe input: the task's fixed sample, or one the user types
 MAX_PROBE_CHARS = 1000  # characters of a typed probe (or a generation prompt) the app accepts

@@ -9,7 +9,7 @@ import pandas as pd
 # distribution at each evaluation (modular addition's training pairs, the text's first 90%, fresh sequences
 # for the generated tasks); "held-out ...": held-out samples at the training lengths, or at the longer ones.
 # "train X" and "held-out X" are one measure on the two sets, to overlay (lab/evaluation.py). Which ones mean
-# something for a task: lab.taskshapes.headline_metrics. Labels of earlier versions still resolve (RENAMED).
+# something for a task: lab.tasks.shapes.headline_metrics. Labels of earlier versions still resolve (RENAMED).
 class _Curves(dict):
     """The curve choices: a label of an earlier version (RENAMED) finds its curve, but is not offered."""
 

@@ -11,7 +11,7 @@ CLI's `ablate` and `sample`, and the Learn page on interventions).
   exact-match, one forward pass per head over a fixed held-out batch (Michel et al. 2019);
   `knockout_summary` and `median_ratio` are what the presets, Inspect and Learn quote of it.
 
-What a task's numbers are read by (`quoted`, from lab.taskshapes.headline_metrics): a language model of
+What a task's numbers are read by (`quoted`, from lab.tasks.shapes.headline_metrics): a language model of
 real text (`text`) by its loss only, never right on a whole window; induction by its loss and its accuracy
 on the predictable positions (its exact-match counts the first token of each repeat, which nothing
 predicts); the other tasks by loss, token accuracy and exact-match.
@@ -35,8 +35,8 @@ import torch
 from lab.config import ConfigError, RunConfig
 from lab.interventions import HeadRef, Interventions, applied, head_means, head_name
 from lab.model import Transformer
-from lab.tasks import IGNORE_INDEX, Batch, eval_batches, get_task
-from lab.taskshapes import headline_metrics, loss_baselines
+from lab.tasks.batches import IGNORE_INDEX, Batch, eval_batches, get_task
+from lab.tasks.shapes import headline_metrics, loss_baselines
 
 HELD_OUT = 512  # at most this many held-out sequences per measurement (a map is one pass per head)
 MATTERS = 0.01  # nats: a change of held-out loss smaller than this is noise, and no ratio is taken of it

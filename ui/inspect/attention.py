@@ -29,7 +29,7 @@ from lab.views.analysis import (MAX_PROBE_CHARS, PROBE_SOURCES, allowed_symbols,
 from lab.views.plots import KIND_TITLES, attention_grid, pca_figure, positional_figure
 from lab.views.run_labels import short_label
 from ui.common import AppContext, Outputs, kept
-from ui.intervene_parts import NO_ATTENTION
+from ui.inspect.intervention_views import NO_ATTENTION
 
 KINDS = tuple(KIND_TITLES)  # the attention kinds, in the order their figures stand
 SOURCES = PROBE_SOURCES

@@ -1,5 +1,5 @@
 """The Inspect tab's layout and events: the run picker, probe and step controls, the attention heatmaps,
-the interventions panel, and the positional encodings of two runs side by side (views in ui/inspect.py).
+the interventions panel, and the positional encodings of two runs side by side (views in ui/inspect/attention.py).
 
 Every control writes what it asked into one hidden action box, in the browser, and one event draws from
 that box. Gradio (6.x) runs an `always_last` event that is triggered while it runs once more when it
@@ -20,10 +20,10 @@ import gradio as gr
 from lab.views.analysis import MAX_PROBE_CHARS
 from lab.views.plots import KIND_TITLES
 from ui.common import AppContext, errors_as_messages, kept, with_api_params
-from ui.inspect import (KINDS, SOURCES, TYPED_LABEL, Drawn, Shown, attention_figures,
+from ui.inspect.attention import (KINDS, SOURCES, TYPED_LABEL, Drawn, Shown, attention_figures,
                         attention_view, positional_panel, run_choices, run_label, step_slider, typed_note)
-from ui.circuits import build_circuits_panel
-from ui.intervene import build_intervene_panel
+from ui.inspect.circuits import build_circuits_panel
+from ui.inspect.interventions import build_intervene_panel
 
 ACTIONS = ("run", "source", "text", "step")  # the controls that redraw the heatmaps, as the action box names them
 

@@ -9,7 +9,7 @@ One page event draws every panel (`panel_update`) from the action the last click
 draws apply in order, and the panels remember the run and input they show (a gr.State): an event that finds
 another run picked redraws every panel for it and applies nothing made with the previous run's controls, so
 no panel can keep another run's data. What each
-part shows is in ui/intervene_parts.py; the API's endpoints (`/answer`, `/intervene`, `/importance`,
+part shows is in ui/inspect/intervention_views.py; the API's endpoints (`/answer`, `/intervene`, `/importance`,
 `/logit_lens`, `/generate`) take everything explicitly.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from lab.config import ConfigError, RunConfig
 from lab.model import Transformer
 from lab.views.probe_plots import head_at
 from ui.common import AppContext, errors_as_messages, with_api_params
-from ui.intervene_parts import (API, KINDS, MAX_TEXT, MODES, POSITIONAL, SEE_NOTE, MapCache, ablated_parts,
+from ui.inspect.intervention_views import (API, KINDS, MAX_TEXT, MODES, POSITIONAL, SEE_NOTE, MapCache, ablated_parts,
                                 answer_parts, api_call, cleared, cleared_ablated, compute_maps, controls, final_model,
                                 generated_text, importance_parts, lens_parts, page_probe, spec_from, table)
 

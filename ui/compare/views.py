@@ -16,7 +16,7 @@ from lab.engine.grid import band, group_runs, spread
 from lab.views.plots import params_figure
 from lab.views.curves import CURVES, RENAMED, X_AXES, colour_map, curve
 from lab.views.run_labels import CONFIG_PREFIXES, label_groups, label_runs, short_label
-from lab.views.stability import StabilityMap, run_final, stability_map
+from lab.views.stability_map import StabilityMap, run_final, stability_map
 from ui.common import AppContext
 
 # the run table's config columns and the filters come from the fields' declarations (lab/config.py)
@@ -182,7 +182,7 @@ def group_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoot
 
 
 def stability(ctx: AppContext, run_ids: list[str], metric: str, listing: pd.DataFrame) -> Optional[StabilityMap]:
-    """The picked runs' stability map for the curve `metric` (lab/views/stability.py), or None when they do
+    """The picked runs' stability map for the curve `metric` (lab/views/stability_map.py), or None when they do
     not vary two numeric settings; metrics are read only for a map."""
     rows = {r: listing.loc[r].to_dict() for r in dict.fromkeys(run_ids)}
     kind, col = CURVES[metric]

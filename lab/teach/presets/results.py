@@ -10,7 +10,7 @@ from typing import Any, Callable
 from lab.engine.store import RunStore
 from lab.engine.storefs import DamagedRunError, RunNotFoundError
 from lab.teach.distance import accuracy_by_distance
-from lab.teach.preset_base import Preset, measured
+from lab.teach.presets.base import Preset, measured
 from lab.views.analysis import load_model
 from lab.views.probing import importance_map, knockout_summary
 

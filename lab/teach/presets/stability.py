@@ -1,5 +1,5 @@
 """The stability preset: pre-LN against post-LN over learning rate x warmup, drawn by Compare as a stability
-map (lab/views/stability.py), to find where post-LN fails without warmup and pre-LN still trains.
+map (lab/views/stability_map.py), to find where post-LN fails without warmup and pre-LN still trains.
 
 Xiong et al. 2020, On Layer Normalization in the Transformer Architecture: the original post-LN Transformer
 needs a learning-rate warmup (its gradients near the output are large at initialisation), while pre-LN

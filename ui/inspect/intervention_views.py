@@ -1,4 +1,4 @@
-"""What each part of Inspect's intervention panel shows (ui/intervene.py lays them out and wires them): the
+"""What each part of Inspect's intervention panel shows (ui/inspect/interventions.py lays them out and wires them): the
 model's answer, the held-out metrics, answer and attention under interventions, the head importance grid
 (maps cached per run in memory), the logit lens, free generation, and the intervention controls built for a
 run. Each part is a dict of output name -> value, so the page event sends only what changes; `api_call`

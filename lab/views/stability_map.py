@@ -4,7 +4,7 @@ the cells whose runs failed, diverged or did not learn marked.
 
 It answers the question learning-rate sweeps are run for: where does a setting train at all? Xiong et al.
 2020 (On Layer Normalization in the Transformer Architecture) draw post-LN's failure without warmup this
-way, as a region of learning rates; the lab's `stability` preset draws it (lab/teach/stability.py).
+way, as a region of learning rates; the lab's `stability` preset draws it (lab/teach/presets/stability.py).
 
 `stability_map` reads plain rows (the store's listing: flat config columns and the run's state) and each
 run's final values; `stability_plot` draws it with plotly, so the page keeps the drawn numbers on the

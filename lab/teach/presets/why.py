@@ -1,7 +1,7 @@
 """The paper's own questions as presets: why attention and not recurrence, why residual connections, why
-1/sqrt(d_k), and Table 3 at toy scale (its runs: lab/teach/table3.py). Each explanation is written from the
+1/sqrt(d_k), and Table 3 at toy scale (its runs: lab/teach/presets/table3.py). Each explanation is written from the
 measured result and says so when the toy result differs from the paper's argument (docs/SCIENCE.md records
-what each measured). Registered with the others in lab/teach/presets.py.
+what each measured). Registered with the others in lab/teach/presets/catalog.py.
 """
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from lab.derived import run_config  # n_ctx: the task's longest sequence, as the
 from lab.teach import length_scan
 from lab.teach.distance import near_and_far
 from lab.teach.loss_reading import held_from
-from lab.teach.preset_base import SOLVED, Results, _ev, _n, _pct
-from lab.teach.table3 import ROWS as TABLE3_ROWS
-from lab.teach.table3 import SAME, SPREAD, table
+from lab.teach.presets.base import SOLVED, Results, _ev, _n, _pct
+from lab.teach.presets.table3 import ROWS as TABLE3_ROWS
+from lab.teach.presets.table3 import SAME, SPREAD, table
 
 
 # ---- Why attention, not recurrence ---------------------------------------------------------------
@@ -119,7 +119,7 @@ def _explain_scaling(r: Results) -> str:
                    "the first scores small either way, and the model can learn smaller q and k.")
 
 
-# ---- Table 3 at toy scale (lab/teach/table3.py) ------------------------------------------------------
+# ---- Table 3 at toy scale (lab/teach/presets/table3.py) ------------------------------------------------------
 def _explain_table3(r: Results) -> str:
     rows = table(r)
     lines = ["| Row | Variation | Paper PPL / BLEU | Measured PPL per character, mean [min, max] | Mark |",

@@ -1,6 +1,6 @@
 """What every preset shares: the `Preset` record (its runs, question, Compare curve and explanation), the
 result a preset's explanation reads of a run (`measured`) and the small helpers explanations write numbers
-with. The presets themselves: lab/teach/presets.py (the papers' known results) and lab/teach/why_presets.py
+with. The presets themselves: lab/teach/presets/catalog.py (the papers' known results) and lab/teach/presets/why.py
 (the paper's own questions). No gradio; plain data and text.
 """
 from __future__ import annotations
@@ -52,8 +52,8 @@ def measured(summary: dict[str, Any], evals: Optional[list[dict[str, Any]]] = No
     curve (`train`: (step, loss)), its last attention snapshot (kind -> (layers, heads, Tq, Tk)) and, for the
     runs a preset names in `knockout`, its head knockout (lab.views.probing.knockout_summary), and for those
     named in `distance`, its held-out accuracy by distance (lab.teach.distance.accuracy_by_distance), for those
-    in `heads`, when its induction head formed (lab.teach.preset_results.induction_forming), and for those in
-    `fourier`, its embedding's share in a few frequencies around the jump (preset_results.fourier_forming)."""
+    in `heads`, when its induction head formed (lab.teach.presets.results.induction_forming), and for those in
+    `fourier`, its embedding's share in a few frequencies around the jump (results.fourier_forming)."""
     return {**summary, "evals": evals or [], "train": train or [], "attention": attention or {},
             "knockout": knockout or {}, "distance": distance or {}, "heads": heads or {}, "fourier": fourier or {}}
 

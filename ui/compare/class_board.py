@@ -1,5 +1,5 @@
 """Compare's "Publish to a class board": the runs picked in Compare (a selection, a whole grid) go to a
-Trackio project (lab/engine/publish.py does the work, as `python -m lab publish` does): locally, or to the Hugging
+Trackio project (lab/engine/trackio_board.py does the work, as `python -m lab publish` does): locally, or to the Hugging
 Face Space named by LAB_TRACKIO_SPACE with the server's token, so students need no account.
 
 Shown where Trackio is installed (requirements-scale.txt) and the server is not public: on a class
@@ -15,7 +15,7 @@ from typing import Any, Optional
 import gradio as gr
 
 from lab.config import ConfigError
-from lab.engine.publish import SPACE_ENV, PublishReport, check_project, publish_runs
+from lab.engine.trackio_board import SPACE_ENV, PublishReport, check_project, publish_runs
 from ui.common import AppContext, errors_as_messages
 
 DEFAULT_PROJECT = "class-board"

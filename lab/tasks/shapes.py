@@ -5,7 +5,7 @@ anything is built.
 
 This module is the one registry of tasks: a task is declared by its shape class here, with its name, and
 listed once in SHAPES; the task names everywhere (lab/config.py's task.name choices, the app's dropdown,
-the command line) are SHAPES' keys. Its batch generator in lab/tasks.py names the task it generates
+the command line) are SHAPES' keys. Its batch generator in lab/tasks/batches.py names the task it generates
 (`class Copy(Task, task="copy")`) and holds this shape (`Task.shape`) rather than repeating it.
 
 Decoder-only models read `prompt SEP answer` (scored on the answer only, minGPT's convention); an

@@ -14,12 +14,12 @@ from typing import Any, Callable, Optional
 
 from lab.config import ModelConfig, TaskConfig, TrainConfig
 from lab.derived import run_config  # n_ctx: the task's longest sequence, as the app and the CLI derive it
-from lab.teach import stability
+from lab.teach.presets import stability
 from lab.teach.attention_measures import anti_diagonal_words, knockout_sentence
 from lab.teach.loss_reading import first_step, held_from
-from lab.teach.preset_base import METRICS, SOLVED, Preset, Results, _ev, _n, _ood, _pct, _variant, measured
-from lab.teach.table3 import configs as table3_configs
-from lab.teach.why_presets import (RECUR, RECUR_RUNS, RESID, RESID_RUNS, SCALING, SCALING_RUNS, _explain_recurrence,
+from lab.teach.presets.base import METRICS, SOLVED, Preset, Results, _ev, _n, _ood, _pct, _variant, measured
+from lab.teach.presets.table3 import configs as table3_configs
+from lab.teach.presets.why import (RECUR, RECUR_RUNS, RESID, RESID_RUNS, SCALING, SCALING_RUNS, _explain_recurrence,
                                    _explain_residuals, _explain_scaling, _explain_table3)
 from lab.views.probing import measured_on
 

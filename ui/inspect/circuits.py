@@ -10,7 +10,7 @@ clean run into the corrupted one (the residual stream at a layer and position; o
 click on a cell shows that patch's answer and the patched run's attention, and outlines the cell's causal
 cone. The inputs are made from the task (Make from task) or typed; the grids follow the step slider.
 
-Like the interventions panel (ui/intervene.py), every control writes what it asked into one hidden action
+Like the interventions panel (ui/inspect/interventions.py), every control writes what it asked into one hidden action
 box in the browser, and one event draws from that box and the run the panel shows (a gr.State), so a run
 change merged into a later action is drawn as a run change and no part keeps another run's data.
 """
@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 import gradio as gr
 
-from lab.circuits.figures import (fourier_figure, heads_frame, nearest, residual_frame, residual_rows, roles_figure,
+from lab.circuits.circuit_figures import (fourier_figure, heads_frame, nearest, residual_frame, residual_rows, roles_figure,
                                   roles_frame)
 from lab.circuits.fourier import JUMP, spectra_over_training
 from lab.circuits.head_roles import INDUCTION_FORMS, SCORES, crossing_step, steepest_fall
@@ -29,12 +29,12 @@ from lab.circuits.pairs import Pair, pair_text, task_pair, typed_pair
 from lab.circuits.patching import Patching, capture, patch, patched
 from lab.config import ConfigError, in_words
 from lab.interventions import head_name
-from lab.tasks import get_task
-from lab.teach.preset_results import eval_points, run_history
+from lab.tasks.batches import get_task
+from lab.teach.presets.results import eval_points, run_history
 from lab.views.plots import attention_grid
 from ui.common import AppContext, errors_as_messages
-from ui.inspect import _md
-from ui.intervene_parts import MapCache, final_model, table
+from ui.inspect.attention import _md
+from ui.inspect.intervention_views import MapCache, final_model, table
 
 TRIGGERS = ("run", "step", "role", "make", "patch", "cell", "head")
 PATCH_NOTE = ("Each cell: how much of the clean answer one patch brings back, copying that activation from the "

@@ -1,6 +1,6 @@
 """Toy sequence tasks: a registry of seeded generators of (input, target) batches.
 
-A task is declared once, by its shape in lab/taskshapes.py (name, alphabet, lengths, layout rules; the
+A task is declared once, by its shape in lab/tasks/shapes.py (name, alphabet, lengths, layout rules; the
 registry SHAPES lists every task). Here each task gets the torch code that generates its prompts and
 answers: a `Task` subclass names the task it generates (`class Copy(Task, task="copy")`) and holds its
 shape (`Task.shape`); TASKS pairs every registered shape with its generator, and importing this module
@@ -23,9 +23,9 @@ from typing import Any, ClassVar, Optional
 import torch
 from torch import Tensor
 
-import lab.taskshapes as shapes
+import lab.tasks.shapes as shapes
 import lab.textdata as textdata
-from lab.taskshapes import IGNORE_INDEX
+from lab.tasks.shapes import IGNORE_INDEX
 from lab.config import TaskConfig
 
 EVAL_SEED = 1_000_003  # held-out batches never share the training generator's stream
@@ -51,7 +51,7 @@ class Batch:
 
 class Task:
     """How to generate a task's batches; subclasses define the prompt and its answer. A subclass names its
-    task (`class Copy(Task, task="copy")`); an instance holds the task's shape (lab/taskshapes.py), whose
+    task (`class Copy(Task, task="copy")`); an instance holds the task's shape (lab/tasks/shapes.py), whose
     sizes and rules (`vocab_size`, `sep`, `lengths`, `lm`, ...) read through the generator."""
 
     generators: ClassVar[dict[str, type["Task"]]] = {}  # task name -> its generator class

@@ -1,6 +1,6 @@
 """Compare tab: filter stored runs, pick any number, overlay their curves (one or several metrics),
 diff their configs, and group seed repeats into a mean curve with a min-max band (the tables:
-ui/compare_views.py; the views' contents: ui/compare_render.py).
+ui/compare/views.py; the views' contents: ui/compare/render.py).
 
 Every view on the tab is drawn by one handler, `render`, from the controls as they are now: any change
 of a control, Refresh, opening the tab and the live timer all fire that one event. Gradio runs one
@@ -25,10 +25,10 @@ import pandas as pd
 from lab.views.plots import bands_figure, curves_figure, to_png
 from lab.views.curves import CURVES, X_AXES
 from ui.common import AppContext, Outputs, errors_as_messages, kept, with_api_params
-from ui.compare_render import Controls, NoteSource, render
-from ui.compare_views import (FILTER_LABELS, FILTER_PARAMS, FILTERS, FINALS, GROUP_COLS, SMOOTHING, TABLE_COLS,
+from ui.compare.render import Controls, NoteSource, render
+from ui.compare.views import (FILTER_LABELS, FILTER_PARAMS, FILTERS, FINALS, GROUP_COLS, SMOOTHING, TABLE_COLS,
                               choices, filtered, final_tables, group_frames, metric_list, series_frames)
-from ui.publish import build_publish_panel
+from ui.compare.class_board import build_publish_panel
 
 LIVE_POLL_S = 2.0
 DEFAULT_CURVES = ["train loss (batch)"]
@@ -145,7 +145,7 @@ def build_compare_tab(ctx: AppContext, note_source: Optional[NoteSource] = None)
         files = gr.File(label="Exported files", file_count="multiple", interactive=False, visible=False,
                         elem_id="compare-files")
         timer = gr.Timer(LIVE_POLL_S, active=False)
-        shown = gr.State({})  # what the page shows now (ui/compare_render.py): a call sends only what changed
+        shown = gr.State({})  # what the page shows now (ui/compare/render.py): a call sends only what changed
         build_publish_panel(ctx, pick)
 
     outputs = {"table": table, "pick": pick, "curves": curves, "finals": finals, "configs": configs,

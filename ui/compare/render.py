@@ -23,8 +23,8 @@ from lab.views.curve_figures import curves_plot
 from lab.views.plots import bands_figure
 from lab.views.curves import colour_map
 from ui.common import AppContext
-from lab.views.stability import stability_plot
-from ui.compare_views import (GROUP_COLS, choices, coloured, final_tables, group_frames, metric_list, only,
+from lab.views.stability_map import stability_plot
+from ui.compare.views import (GROUP_COLS, choices, coloured, final_tables, group_frames, metric_list, only,
                               run_labels, run_table, series_frames, stability)
 
 NoteSource = tuple[Any, Callable[[AppContext, Any, list[str]], str]]  # (component, fn(ctx, value, run ids))
