@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import RunConfig, TrainConfig
-from lab.records import EvalRecord, StepRecord
+from lab.records import EXACT_MATCH, LOSS, TOKEN_ACC, EvalRecord, StepRecord
 from lab.engine.store import RunStore
 from results import free_port  # benchmarks/results.py (run_all puts this folder on the path)
 
@@ -115,8 +115,8 @@ def _fake_runs(store: RunStore, n: int, points: int = 100) -> list[str]:
             if s % 10 == 0:
                 store.append(rid, EvalRecord(s * 10, s * 0.1, s * 640, 1.0 / s, 0.5, 0.4, 2.0, 0.2, 0.1))
         store.write_summary(rid, {"params": 1000, "steps": points * 10, "train_loss": 0.02,
-                                  "eval": {"loss": 0.1, "token_acc": 0.9, "exact_match": 0.8},
-                                  "ood": {"loss": 2.0, "token_acc": 0.3, "exact_match": 0.1}, "wall_s": 10.0,
+                                  "eval": {LOSS: 0.1, TOKEN_ACC: 0.9, EXACT_MATCH: 0.8},
+                                  "ood": {LOSS: 2.0, TOKEN_ACC: 0.3, EXACT_MATCH: 0.1}, "wall_s": 10.0,
                                   "tokens_per_s": 6400.0, "device": "cpu", "stopped": False})
         store.set_status(rid, "completed", step=points * 10)
         ids.append(rid)

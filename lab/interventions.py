@@ -31,18 +31,18 @@ from torch import Tensor, nn
 
 from lab.fields import ConfigError
 from lab.model import Block, Transformer
+from lab.records import CROSS, DEC_SELF, ENC_SELF, AttentionKind
 from lab.recurrent import RecurrentLM
 
-Kind = Literal["enc_self", "dec_self", "cross"]
-KIND_PREFIX = {"dec_self": "", "enc_self": "enc.", "cross": "cross."}
+KIND_PREFIX: dict[AttentionKind, str] = {DEC_SELF: "", ENC_SELF: "enc.", CROSS: "cross."}
 POSITIONAL = ("intact", "none", "shuffle")
 MODES = ("zero", "mean")
 _HEAD = re.compile(r"^(?:(enc|cross)\.)?(\d+)\.(\d+)$")
 _LAYER = re.compile(r"^(?:(enc)\.)?(\d+)$")
-KIND_WORDS = {"dec_self": "", "enc_self": "encoder self-attention ", "cross": "cross-attention "}
+KIND_WORDS: dict[AttentionKind, str] = {DEC_SELF: "", ENC_SELF: "encoder self-attention ", CROSS: "cross-attention "}
 
 
-def head_name(layer: int, head: int, kind: str = "dec_self") -> str:
+def head_name(layer: int, head: int, kind: AttentionKind = DEC_SELF) -> str:
     """A head in words, counted from 0 as Inspect labels its rows and columns: "layer 0 head 1",
     "cross-attention layer 1 head 2" (the grid's row "cross layer 1", column "head 2")."""
     return f"{KIND_WORDS[kind]}layer {int(layer)} head {int(head)}"
@@ -50,7 +50,7 @@ def head_name(layer: int, head: int, kind: str = "dec_self") -> str:
 
 @dataclass(frozen=True, order=True)
 class HeadRef:
-    kind: Kind
+    kind: AttentionKind
     layer: int
     head: int
 
@@ -99,14 +99,14 @@ class Interventions:
                        else "shuffle the positional encoding")
         return out
 
-    def silenced(self, kind: str, n_heads: int) -> set[tuple[int, int]]:
+    def silenced(self, kind: AttentionKind, n_heads: int) -> set[tuple[int, int]]:
         """(layer, head) of every head of attention `kind` whose output this spec removes: knocked out, or in
         a skipped attention sublayer or block. They still attend (their pattern is computed); nothing they
         read reaches the residual stream."""
-        stack = "enc" if kind == "enc_self" else "dec"
+        stack = "enc" if kind == ENC_SELF else "dec"
         out = {(h.layer, h.head) for h in self.heads if h.kind == kind}
         layers = [r.layer for r in self.skip_block if r.stack == stack]
-        if kind != "cross":  # skipping a block's attention leaves its cross-attention
+        if kind != CROSS:  # skipping a block's attention leaves its cross-attention
             layers += [r.layer for r in self.skip_attn if r.stack == stack]
         return out | {(layer, head) for layer in layers for head in range(n_heads)}
 
@@ -116,7 +116,7 @@ class Interventions:
         if isinstance(model, RecurrentLM):
             self._check_recurrent(model)
             return
-        kinds = {"dec_self"} | ({"enc_self", "cross"} if model.encoder is not None else set())
+        kinds = {DEC_SELF} | ({ENC_SELF, CROSS} if model.encoder is not None else set())
         for h in self.heads:
             if h.kind not in kinds or not (0 <= h.layer < cfg.n_layers and 0 <= h.head < cfg.n_heads):
                 raise ConfigError("Heads", f"{h} is not a head of this model (allowed: layer.head with layer "
@@ -163,7 +163,7 @@ def parse_heads(text: str) -> tuple[HeadRef, ...]:
         m = _HEAD.match(part)
         if m is None:
             raise ConfigError("Heads", f"{part!r} is not a head (allowed: layer.head like 1.0, or enc.1.0 / cross.1.0)")
-        kind = {"enc": "enc_self", "cross": "cross", None: "dec_self"}[m.group(1)]
+        kind = {"enc": ENC_SELF, "cross": CROSS, None: DEC_SELF}[m.group(1)]
         out.append(HeadRef(kind, int(m.group(2)), int(m.group(3))))
     return tuple(sorted(set(out)))
 
@@ -183,19 +183,19 @@ def _blocks(model: Transformer, stack: str) -> nn.ModuleList:
     return model.encoder if stack == "enc" else model.decoder
 
 
-def _attn(model: Transformer, kind: str, layer: int) -> nn.Module:
-    block = _blocks(model, "enc" if kind == "enc_self" else "dec")[layer]
-    return block.cross_attn if kind == "cross" else block.self_attn
+def _attn(model: Transformer, kind: AttentionKind, layer: int) -> nn.Module:
+    block = _blocks(model, "enc" if kind == ENC_SELF else "dec")[layer]
+    return block.cross_attn if kind == CROSS else block.self_attn
 
 
 @torch.no_grad()
-def head_means(model: Transformer, batches: list) -> dict[tuple[str, int], Tensor]:
+def head_means(model: Transformer, batches: list) -> dict[tuple[AttentionKind, int], Tensor]:
     """(kind, layer) -> (d_model,) mean over every sample and position of the concatenated head outputs
     (the output projection's input) of the intact model on `batches`: what mean ablation puts in."""
-    sums: dict[tuple[str, int], Tensor] = {}
-    counts: dict[tuple[str, int], int] = {}
+    sums: dict[tuple[AttentionKind, int], Tensor] = {}
+    counts: dict[tuple[AttentionKind, int], int] = {}
     handles = []
-    kinds = ["dec_self"] + (["enc_self", "cross"] if model.encoder is not None else [])
+    kinds = [DEC_SELF] + ([ENC_SELF, CROSS] if model.encoder is not None else [])
     for kind in kinds:
         for layer in range(model.cfg.n_layers):
             def grab(mod, args, key=(kind, layer)):
@@ -241,7 +241,7 @@ def _sublayers(block: Block) -> dict[str, tuple[nn.Module, nn.Module]]:
 
 @contextlib.contextmanager
 def applied(model: Transformer, spec: Interventions,
-            means: Optional[dict[tuple[str, int], Tensor]] = None) -> Iterator[Transformer]:
+            means: Optional[dict[tuple[AttentionKind, int], Tensor]] = None) -> Iterator[Transformer]:
     """The model with `spec`'s hooks on, for the block's duration (`means` from `head_means` for mean
     ablation). The hooks come off however the block ends."""
     spec.check(model)
@@ -258,7 +258,7 @@ def applied(model: Transformer, spec: Interventions,
     patched: list[str] = []
     post = model.cfg.norm == "post"
     try:
-        by_site: dict[tuple[str, int], list[int]] = {}
+        by_site: dict[tuple[AttentionKind, int], list[int]] = {}
         for h in spec.heads:
             by_site.setdefault((h.kind, h.layer), []).append(h.head)
         for (kind, layer), heads in by_site.items():

@@ -19,16 +19,16 @@ from torch import Tensor
 
 from lab.config import GATED, ModelConfig
 from lab.positional import EMBED_STD, PositionalEncoding, build_positional
+from lab.records import CROSS, DEC_SELF, ENC_SELF, AttentionKind
 from lab.tasks.shapes import IGNORE_INDEX
-
 
 
 @dataclass
 class ModelOutput:
     logits: Tensor  # (B, T, vocab)
     loss: Optional[Tensor] = None  # mean cross-entropy over targets != IGNORE_INDEX
-    # kind ("enc_self", "dec_self", "cross") -> (n_layers, B, n_heads, Tq, Tk); only with need_weights
-    attention: dict[str, Tensor] = field(default_factory=dict)
+    # AttentionKind (lab/records.py) -> (n_layers, B, n_heads, Tq, Tk); only with need_weights
+    attention: dict[AttentionKind, Tensor] = field(default_factory=dict)
 
 
 def make_norm(cfg: ModelConfig, dim: int) -> nn.Module:
@@ -267,7 +267,7 @@ class Transformer(nn.Module):
         """Logits for every position; with `targets`, the mean cross-entropy over scored positions, with
         `label_smoothing` eps: (1 - eps) * CE + eps * mean over the vocabulary of -log p (Szegedy et al.
         2016, sec. 7; Vaswani et al. 2017, sec. 5.4). With `need_weights`, every attention pattern."""
-        attention: dict[str, Tensor] = {}
+        attention: dict[AttentionKind, Tensor] = {}
         memory = None
         if self.encoder is not None:
             if src is None:
@@ -275,13 +275,13 @@ class Transformer(nn.Module):
             h = dropout(self.pos.embed(self.tok_emb(src)), self.cfg.dropout, self.training)  # (B, S, d)
             h, enc = self._stack(self.encoder, h, None, need_weights)
             memory = self.enc_norm(h)
-            attention.update({"enc_self": enc["self"]} if enc else {})
+            attention.update({ENC_SELF: enc["self"]} if enc else {})
         x = dropout(self.pos.embed(self.tok_emb(idx)), self.cfg.dropout, self.training)  # (B, T, d)
         x, dec = self._stack(self.decoder, x, memory, need_weights)
         if dec:
-            attention["dec_self"] = dec["self"]
+            attention[DEC_SELF] = dec["self"]
             if "cross" in dec:
-                attention["cross"] = dec["cross"]
+                attention[CROSS] = dec["cross"]
         logits = self.head(self.dec_norm(x))  # (B, T, vocab)
         return ModelOutput(logits=logits, loss=lm_loss(logits, targets, label_smoothing), attention=attention)
 

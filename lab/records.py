@@ -1,14 +1,27 @@
 """Small frozen records passed from the trainer to its callbacks (and on to the store).
 
 They are plain data (floats, ints, numpy arrays), so a job thread can hand them to
-other threads and the store can write them without touching the live model.
+other threads and the store can write them without touching the live model. The names they key their
+values by are declared here once: the attention kinds of a snapshot's patterns and the evaluation metrics.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
+
+AttentionKind = Literal["enc_self", "dec_self", "cross"]  # which attention a pattern or a head belongs to
+ENC_SELF: AttentionKind = "enc_self"  # the encoder's self-attention (encoder-decoder only)
+DEC_SELF: AttentionKind = "dec_self"  # the decoder's (causal) self-attention: every Transformer has it
+CROSS: AttentionKind = "cross"  # the decoder's attention over the encoder's output (encoder-decoder only)
+ATTENTION_KINDS: tuple[AttentionKind, ...] = (ENC_SELF, DEC_SELF, CROSS)  # in the order their figures stand
+
+Metric = Literal["loss", "token_acc", "exact_match", "predictable_acc"]  # a measure at an evaluation (EvalRecord)
+LOSS: Metric = "loss"  # mean cross-entropy in nats over the scored positions
+TOKEN_ACC: Metric = "token_acc"  # the share of scored tokens whose argmax is right
+EXACT_MATCH: Metric = "exact_match"  # the share of sequences with every scored token right
+PREDICTABLE_ACC: Metric = "predictable_acc"  # the token accuracy on the predictable positions only (induction)
 
 
 @dataclass(frozen=True)
@@ -54,14 +67,14 @@ class EvalRecord:
 class SnapshotRecord:
     """Attention patterns for the run's fixed probe input at one step, and the weights then.
 
-    `patterns` maps an attention kind ("enc_self", "dec_self", "cross") to an array
+    `patterns` maps an AttentionKind to an array
     of shape (n_layers, n_heads, T_query, T_key), post-softmax, float32. `weights` holds float16
     copies of the model's parameters at this step (state_dict names), so that interventions can run on
     the model as it was then; empty for models too large to keep them (lab/trainer.py).
     """
 
     step: int
-    patterns: dict[str, np.ndarray] = field(default_factory=dict)
+    patterns: dict[AttentionKind, np.ndarray] = field(default_factory=dict)
     weights: dict[str, np.ndarray] = field(default_factory=dict)
 
 

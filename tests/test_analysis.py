@@ -17,6 +17,7 @@ from lab.model import Block
 from lab.tasks.batches import IGNORE_INDEX, get_task, probe
 from lab.trainer import build_model
 from tests.helpers import tiny_config
+from lab.records import CROSS, DEC_SELF, ENC_SELF
 
 D, N_CTX = 16, 40  # reverse with max_len 4: longest sequence 2 * 8 = 16 tokens, so 40 leaves room
 ANALYSIS = tiny_config(task="reverse", d_model=D, n_layers=2, n_ctx=N_CTX)
@@ -270,20 +271,20 @@ def test_attention_patterns(arch, pos):
     cfg = tiny_config(ANALYSIS, arch=arch, pos=pos, n_heads=2, n_layers=2)
     p = parse_probe(cfg, "3 1 2 4")
     pats = attention(load_model(cfg), p.batch)
-    kinds = {"dec_self"} if arch == "decoder" else {"enc_self", "dec_self", "cross"}
+    kinds = {DEC_SELF} if arch == "decoder" else {ENC_SELF, DEC_SELF, CROSS}
     assert set(pats) == kinds
     t = p.batch.inp.shape[1]
     s = p.batch.src.shape[1] if p.batch.src is not None else t
-    shapes = {"dec_self": (2, 2, t, t), "enc_self": (2, 2, s, s), "cross": (2, 2, t, s)}
+    shapes = {DEC_SELF: (2, 2, t, t), ENC_SELF: (2, 2, s, s), CROSS: (2, 2, t, s)}
     for kind, a in pats.items():
         assert isinstance(a, np.ndarray) and a.dtype == np.float32
         assert a.shape == shapes[kind]
         assert np.all(a >= 0)
         np.testing.assert_allclose(a.sum(-1), 1, atol=1e-5)
     upper = np.triu(np.ones((t, t), dtype=bool), 1)
-    assert np.all(pats["dec_self"][..., upper] == 0)  # causal: nothing above the diagonal
+    assert np.all(pats[DEC_SELF][..., upper] == 0)  # causal: nothing above the diagonal
     if arch == "encoder-decoder":
-        assert np.any(pats["enc_self"][..., np.triu(np.ones((s, s), dtype=bool), 1)] > 0)  # not masked
+        assert np.any(pats[ENC_SELF][..., np.triu(np.ones((s, s), dtype=bool), 1)] > 0)  # not masked
 
 
 def test_load_model_is_seeded_and_loads_weights():

@@ -21,6 +21,7 @@ import pytest
 from tests.browser import assert_no_errors, choose, chromium, curve_names, fill, open_page, shoot, wait_curves, \
     wait_finished
 from tests.helpers import AppServer, poll_until_done, start
+from lab.records import EXACT_MATCH
 
 pytestmark = pytest.mark.slow
 WAIT_MS = 150_000  # a shared 2-core host
@@ -232,7 +233,7 @@ def test_a_grid_over_learning_rate_and_warmup_draws_the_stability_map_of_the_sto
     page.locator("#compare-metric").get_by_role("option", name="held-out exact-match", exact=True).click()
     page.keyboard.press("Escape")
     em = drawn("held-out exact-match")
-    assert em == expected("exact_match"), (em, summaries)
+    assert em == expected(EXACT_MATCH), (em, summaries)
 
     page.locator("#compare-pick .token-remove").first.click()
     page.locator("#compare-pick .token-remove").first.click()  # two runs left: the map has nothing to map

@@ -15,11 +15,12 @@ import pytest
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from tests.browser import assert_no_errors, chromium, open_page, shoot
 from tests.helpers import app_with_run
+from lab.records import CROSS, DEC_SELF, ENC_SELF
 
 pytestmark = pytest.mark.slow
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1400, "height": 900}
-KINDS = ("enc_self", "dec_self", "cross")  # an encoder-decoder run draws all three
+KINDS = (ENC_SELF, DEC_SELF, CROSS)  # an encoder-decoder run draws all three
 ENCDEC = RunConfig(
     model=ModelConfig(arch="encoder-decoder", n_layers=2, n_heads=2, d_model=32, d_ff=64, n_ctx=32),
     task=TaskConfig(name="reverse", min_len=4, max_len=8),

@@ -19,6 +19,7 @@ from lab.params import param_breakdown
 from lab.cli.main import main
 from lab.config import RunConfig
 from tests.helpers import CLI_TINY as TINY, REPO, lab, lab_env, one_json
+from lab.records import EXACT_MATCH, LOSS, TOKEN_ACC
 
 SUMMARY_KEYS = {"run_id", "run_dir", "status", "params", "steps", "train_loss", "eval", "ood", "train_set", "wall_s",
                 "tokens_per_s", "device"}
@@ -174,8 +175,8 @@ def test_train_json_prints_one_summary_object(trained):
     assert cfg.name == "cli-test" and cfg.model.d_model == 16 and cfg.train.steps == 20 and cfg.train.threads == 1
     assert out["params"] == sum(param_breakdown(cfg).values())
     for part in ("eval", "ood", "train_set"):  # held out, at longer lengths, and on the training distribution
-        assert set(out[part]) == {"loss", "token_acc", "exact_match"}
-        assert 0 <= out[part]["token_acc"] <= 1 and 0 <= out[part]["exact_match"] <= 1
+        assert set(out[part]) == {LOSS, TOKEN_ACC, EXACT_MATCH}
+        assert 0 <= out[part][TOKEN_ACC] <= 1 and 0 <= out[part][EXACT_MATCH] <= 1
         assert 0 < out[part]["loss"] < 10
     assert 0 < out["train_loss"] < 10 and out["wall_s"] > 0 and out["tokens_per_s"] > 0
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -207,7 +208,7 @@ def test_list_and_show(trained):
     row = rows[0]
     assert row["state"] == "completed" and row["name"] == "cli-test" and row["damaged"] == ""
     assert row["model.d_model"] == 16
-    assert row["final.eval.exact_match"] == pytest.approx(out["eval"]["exact_match"])  # pandas rounds to 10 digits
+    assert row["final.eval.exact_match"] == pytest.approx(out["eval"][EXACT_MATCH])  # pandas rounds to 10 digits
     assert shown.returncode == 0, shown.stderr
     info = one_json(shown.stdout)
     assert info["run_id"] == out["run_id"] and info["status"]["state"] == "completed"
@@ -258,7 +259,7 @@ def test_sigkill_mid_training_lists_as_interrupted_beside_a_torn_run(trained, tm
     assert killed["state"] == "interrupted" and "died" in killed["error"]
     assert json.loads((run_dir / "status.json").read_text())["state"] == "running"  # listing writes nothing
     assert rows[torn.name]["state"] == "completed" and rows[torn.name]["damaged"] == ""
-    assert rows[torn.name]["final.eval.exact_match"] == pytest.approx(done["eval"]["exact_match"])
+    assert rows[torn.name]["final.eval.exact_match"] == pytest.approx(done["eval"][EXACT_MATCH])
 
 
 def test_sigint_stops_cleanly(tmp_path):
@@ -278,7 +279,7 @@ def test_sigint_stops_cleanly(tmp_path):
     assert set(out) == SUMMARY_KEYS
     assert out["status"] == "stopped" and out["run_id"] == run_dir.name
     assert 1 <= out["steps"] < 5000
-    assert out["eval"] is not None and 0 <= out["eval"]["exact_match"] <= 1  # evaluated where it stopped
+    assert out["eval"] is not None and 0 <= out["eval"][EXACT_MATCH] <= 1  # evaluated where it stopped
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "stopped" and status["step"] == out["steps"]
     for name in RUN_FILES:

@@ -17,6 +17,7 @@ from lab.cli.main import main, reading
 from lab.config import RunConfig, TaskConfig
 from lab.engine.store import RunStore
 from lab.tasks.shapes import loss_baselines
+from lab.records import EXACT_MATCH, LOSS, PREDICTABLE_ACC, TOKEN_ACC
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TINY = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--d-ff", "32", "--batch-size", "8", "--steps", "20",
@@ -55,7 +56,7 @@ def test_a_text_run_is_read_by_its_loss_against_the_unigram_baseline(trained):
                         f"{'below' if held < base.chance else 'above'} chance, ln {round(math.exp(base.chance))} = "
                         f"{base.chance:.2f}.")
     assert lines[2].startswith(f"Training-set loss {summary['train_set']['loss']:.2f} nats a character, ")
-    assert "exact-match" not in trained["text"] and summary["eval"]["exact_match"] == 0.0  # what it used to quote
+    assert "exact-match" not in trained["text"] and summary["eval"][EXACT_MATCH] == 0.0  # what it used to quote
 
 
 def test_train_json_carries_the_training_set_and_induction_its_predictable_accuracy(trained):
@@ -63,17 +64,17 @@ def test_train_json_carries_the_training_set_and_induction_its_predictable_accur
     assert trained["induction"].count("\n") == 1  # --json: one object, no sentences
     summary = json.loads((Path(out["run_dir"]) / "summary.json").read_text())
     assert out["train_set"] == summary["train_set"]
-    assert set(out["train_set"]) == {"loss", "token_acc", "exact_match", "predictable_acc"}
-    assert 0 <= out["train_set"]["predictable_acc"] <= 1 and 0 < out["train_set"]["loss"] < 10
-    assert "predictable_acc" in out["eval"]
+    assert set(out["train_set"]) == {LOSS, TOKEN_ACC, EXACT_MATCH, PREDICTABLE_ACC}
+    assert 0 <= out["train_set"][PREDICTABLE_ACC] <= 1 and 0 < out["train_set"][LOSS] < 10
+    assert PREDICTABLE_ACC in out["eval"]
 
 
 def test_a_sequence_task_is_still_read_by_exact_match(trained):
     lines = trained["copy"].splitlines()
     run_id = only_run(trained["runs"], "copy")
     ev = RunStore(trained["runs"]).summary(run_id)["eval"]
-    assert lines[1].startswith(f"Held-out exact-match {100 * ev['exact_match']:.0f}% (whole answers right), token "
-                               f"accuracy {100 * ev['token_acc']:.0f}%, loss {ev['loss']:.2f} nats a token.")
+    assert lines[1].startswith(f"Held-out exact-match {100 * ev[EXACT_MATCH]:.0f}% (whole answers right), token "
+                               f"accuracy {100 * ev[TOKEN_ACC]:.0f}%, loss {ev[LOSS]:.2f} nats a token.")
     assert lines[2].startswith("Training-set exact-match ")
 
 
@@ -89,9 +90,9 @@ def test_list_shows_each_tasks_headline_and_show_reads_it(trained, capsys):
             unigram = loss_baselines(store.config(run_id).task).unigram
             assert f"loss {ev['loss']:.3f} (unigram {unigram:.3f})" in row and "exact" not in row
         elif task == "induction":
-            assert f"loss {ev['loss']:.3f}, predictable acc {ev['predictable_acc']:.3f}" in row and "exact" not in row
+            assert f"loss {ev[LOSS]:.3f}, predictable acc {ev[PREDICTABLE_ACC]:.3f}" in row and "exact" not in row
         else:
-            assert f"exact-match {ev['exact_match']:.3f}" in row
+            assert f"exact-match {ev[EXACT_MATCH]:.3f}" in row
     run_id = only_run(runs, "text")
     assert main(["show", run_id, "--json", "--runs-dir", str(runs)]) == 0
     info = json.loads(capsys.readouterr().out)
@@ -103,8 +104,8 @@ def test_reading_warns_of_overfitting_a_text_run():
     cfg = RunConfig(task=TaskConfig(name="text", min_len=8, max_len=8, text="a" * 120 + "b" * 60 + "c" * 20))
     unigram = loss_baselines(cfg.task).unigram  # 0.64 nats: a and b in the training 90%
     evals = [{"step": 100, "loss": 0.5, "train_loss": 0.5}, {"step": 200, "loss": 2.0, "train_loss": 0.1}]
-    summary = {"eval": {"loss": 2.0, "token_acc": 0.0, "exact_match": 0.0},
-               "train_set": {"loss": 0.1, "token_acc": 1.0, "exact_match": 1.0}}
+    summary = {"eval": {LOSS: 2.0, TOKEN_ACC: 0.0, EXACT_MATCH: 0.0},
+               "train_set": {LOSS: 0.1, TOKEN_ACC: 1.0, EXACT_MATCH: 1.0}}
     said = reading(cfg, summary, evals)
     assert said[0].startswith(f"Held-out loss 2.00 nats a character, above the unigram baseline {unigram:.2f}")
     assert said[1].startswith("Training-set loss 0.10 nats a character, below the unigram baseline")

@@ -21,6 +21,7 @@ from lab.interventions import Interventions, parse_heads
 from lab.tasks.batches import get_task
 from lab.views.analysis import load_model
 from lab.views.probing import ablation_report, generate, importance_map
+from lab.records import EXACT_MATCH
 
 REPO = Path(__file__).resolve().parents[1]
 TRAIN = ["train", "--task", "copy", "--max-len", "4", "--n-layers", "2", "--n-heads", "2", "--d-model", "32",
@@ -74,7 +75,7 @@ def test_ablate_json_matches_ablation_report(trained):
     close(out["intact"], direct["intact"])  # the run's own held-out metrics, computed here
     close(out["ablated"], direct["ablated"])
     assert out["interventions"] == direct["interventions"] == ["knock out head 1.0 (zero)", "knock out head 1.1 (zero)"]
-    assert out["intact"]["eval"]["exact_match"] > 0.5  # the run learned to copy
+    assert out["intact"]["eval"][EXACT_MATCH] > 0.5  # the run learned to copy
     assert out["intact"]["ood"] is not None  # copy is evaluated at longer lengths too
     assert out["ablated"]["eval"]["loss"] != pytest.approx(out["intact"]["eval"]["loss"], rel=1e-3)
 
@@ -95,11 +96,11 @@ def test_importance_json_is_layers_by_heads(trained):
     runs, run_id = trained
     out = one_json(lab("ablate", run_id, "--importance", "--json", runs_dir=runs))
     assert len(out["loss"]) == 2 and all(len(row) == 2 for row in out["loss"])
-    assert len(out["exact_match"]) == 2 and all(len(row) == 2 for row in out["exact_match"])
+    assert len(out[EXACT_MATCH]) == 2 and all(len(row) == 2 for row in out[EXACT_MATCH])
     cfg, model = loaded(runs, run_id)
     imp = importance_map(model, cfg)
     np.testing.assert_allclose(out["loss"], imp.loss, rtol=1e-5)
-    np.testing.assert_allclose(out["exact_match"], imp.exact, atol=1e-6)
+    np.testing.assert_allclose(out[EXACT_MATCH], imp.exact, atol=1e-6)
     assert out["intact"]["loss"] == pytest.approx(imp.intact_loss, rel=1e-5)
     assert out["ranked"][0]["head"] == str(imp.ranked()[0][0])
     assert out["sentence"].startswith("knocking out layer ")

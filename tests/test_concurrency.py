@@ -18,6 +18,7 @@ from lab.engine.jobs import JobManager
 from lab.engine.store import RunStore
 from lab.engine.storefs import process_token
 from tests.helpers import descendants, tiny_config
+from lab.records import EXACT_MATCH, LOSS, TOKEN_ACC
 
 REPO = Path(__file__).resolve().parents[1]
 WAIT = 120.0  # a fresh worker imports torch; the host is shared and noisy
@@ -68,7 +69,7 @@ def test_process_mode_gives_the_same_run_as_thread_mode(store):
     t, p = ids["thread"], ids["process"]
     assert store.status(p)["pid"] != os.getpid()  # trained elsewhere
     mt, mp_ = store.metrics(t), store.metrics(p)
-    cols = ["kind", "step", "loss", "grad_norm", "token_acc", "exact_match", "ood_loss"]
+    cols = ["kind", "step", LOSS, "grad_norm", TOKEN_ACC, EXACT_MATCH, "ood_loss"]
     assert mt[cols].equals(mp_[cols])  # identical numbers, bit for bit (one thread each)
     wt, wp = store.load_weights(t), store.load_weights(p)
     assert all(torch.equal(wt[k], wp[k]) for k in wt)

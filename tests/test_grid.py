@@ -24,6 +24,7 @@ from ui.compare.render import Controls, render
 from ui.compare.views import compare_frames, group_frames, run_labels
 from ui.knobs import config_from_values
 from tests.helpers import tiny_config
+from lab.records import EXACT_MATCH
 
 BASE = config_from_values({"task.name": "copy", "task.max_len": 4, "model.d_model": 16, "model.n_heads": 2,
                            "model.n_layers": 1, "model.d_ff": 32, "train.steps": 12, "train.batch_size": 8})
@@ -145,7 +146,7 @@ def test_group_frames_on_real_runs(grid_store):
         np.testing.assert_allclose(got["mean"], both.mean(axis=1))
         np.testing.assert_allclose(got["lo"], both.min(axis=1))
         np.testing.assert_allclose(got["hi"], both.max(axis=1))
-        finals = [ctx.store.summary(r)["eval"]["exact_match"] for r in members]
+        finals = [ctx.store.summary(r)["eval"][EXACT_MATCH] for r in members]
         assert table.set_index("group").loc[group, "held-out exact-match"] == (
             f"{np.mean(finals):.3f} [{min(finals):.3f}, {max(finals):.3f}]")
     # time on the x-axis: runs differ in time, so x is their mean at each step

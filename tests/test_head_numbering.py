@@ -20,6 +20,7 @@ from lab.teach.presets.catalog import PRESETS, measured
 from lab.views.plots import KIND_TITLES, attention_grid
 from lab.views.probe_plots import head_at, importance_frame, importance_sentence
 from lab.views.probing import importance_map
+from lab.records import CROSS, DEC_SELF, ENC_SELF, EXACT_MATCH, LOSS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -55,7 +56,7 @@ def test_encoder_decoder_preset_names_the_head_inspect_labels():
     fig = attention_grid(cross, labels, labels, KIND_TITLES["cross"])  # Inspect's cross-attention map
     share = {key: float(np.mean(b[range(t), [t - 1 - i for i in range(t)]])) for key, b in blocks(fig).items()}
     layer_label, head_label = max(share, key=share.get)  # the block that draws the anti-diagonal, as labelled
-    summ = {"eval": {"loss": 0.01, "exact_match": 1.0}, "ood": {"loss": 3.0, "exact_match": 0.0}}
+    summ = {"eval": {LOSS: 0.01, EXACT_MATCH: 1.0}, "ood": {LOSS: 3.0, EXACT_MATCH: 0.0}}
     text = PRESETS["encoder_decoder"].explain({"encoder-decoder": measured(summ, attention={"cross": cross})})
     assert f"{layer_label} {head_label} puts 95% of output position t's cross-attention" in text, text
     assert (layer_label, head_label) == ("layer 1", "head 2")  # counted from 0, as the array's index
@@ -87,8 +88,8 @@ def test_inspect_importance_sentence_names_the_cell_it_colours_most():
     assert f"Knocking out {layer_label} {head_label} raises held-out loss" in importance_sentence([imp], step=5)
 
 
-@pytest.mark.parametrize("kind,words", [("dec_self", "layer 0 head 1"), ("cross", "cross-attention layer 0 head 1"),
-                                        ("enc_self", "encoder self-attention layer 0 head 1")])
+@pytest.mark.parametrize("kind,words", [(DEC_SELF, "layer 0 head 1"), (CROSS, "cross-attention layer 0 head 1"),
+                                        (ENC_SELF, "encoder self-attention layer 0 head 1")])
 def test_head_name_counts_from_zero(kind, words):
     assert head_name(0, 1, kind) == words == HeadRef(kind, 0, 1).words
 

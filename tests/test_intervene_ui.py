@@ -20,6 +20,7 @@ from ui.common import errors_as_messages
 from ui.inspect.tab import build_inspect_tab
 from ui.inspect.interventions import panel_update
 from ui.inspect.intervention_views import API, MapCache, SEE_NOTE, api_call
+from lab.records import DEC_SELF
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -94,7 +95,7 @@ def test_apply_with_a_head_knocked_out_changes_the_metrics(ctx, runs):
     out = show(ctx, cache, runs["copy"], "apply", shown, heads=["0.0", "0.1"])
     table = {r[0]: r[1:] for r in rows(out["metrics"])}
     cfg, model = model_of(ctx, runs["copy"])
-    report = ablation_report(model, cfg, Interventions(heads=(HeadRef("dec_self", 0, 0), HeadRef("dec_self", 0, 1))))
+    report = ablation_report(model, cfg, Interventions(heads=(HeadRef(DEC_SELF, 0, 0), HeadRef(DEC_SELF, 0, 1))))
     intact, ablated = report["intact"]["eval"], report["ablated"]["eval"]
     assert table["loss (training lengths)"] == [f"{intact['loss']:.3f}", f"{ablated['loss']:.3f}"]
     assert ablated["loss"] > intact["loss"] and table["loss (training lengths)"][0] != table["loss (training lengths)"][1]
@@ -198,7 +199,7 @@ def test_the_panel_follows_the_step_slider_to_the_weights_kept_then(ctx, runs):
     answer = greedy_answer(init, cfg, sampled_probe(cfg).batch)
     assert [r[1] for r in rows(at0["answer"])] == [t.predicted for t in answer.tokens]  # the untrained model's
     applied_at0 = show(ctx, cache, run_id, "apply", at0["shown"], heads=["0.0"], step=0)
-    intact_at0 = ablation_report(init, cfg, Interventions(heads=(HeadRef("dec_self", 0, 0),)))["intact"]["eval"]
+    intact_at0 = ablation_report(init, cfg, Interventions(heads=(HeadRef(DEC_SELF, 0, 0),)))["intact"]["eval"]
     assert rows(applied_at0["metrics"])[0][1] == f"{intact_at0['loss']:.3f}"
     back = show(ctx, cache, run_id, "step", at0["shown"], step=300)
     assert "Final weights (step 300)" in back["weights_note"]

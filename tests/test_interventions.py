@@ -14,6 +14,7 @@ from lab.tasks.batches import eval_batches, probe
 from lab.views.analysis import load_model
 from lab.views.probing import ablation_report, greedy_answer, importance_map, logit_lens, metrics
 from tests.helpers import tiny_config
+from lab.records import CROSS, DEC_SELF, ENC_SELF
 INTERVENE = tiny_config(n_layers=2, n_heads=4, d_model=32, d_ff=64, pos="sinusoidal", n_ctx=40, max_len=6, steps=10)
 
 
@@ -44,7 +45,7 @@ def test_every_head_knocked_out_leaves_the_attention_output_as_its_bias(norm):
     model, b = model_for(cfg), batch(cfg)
     seen = []
     model.decoder[1].self_attn.register_forward_hook(lambda mod, args, out: seen.append(out[0]))
-    every = tuple(HeadRef("dec_self", 1, h) for h in range(cfg.model.n_heads))
+    every = tuple(HeadRef(DEC_SELF, 1, h) for h in range(cfg.model.n_heads))
     with applied(model, Interventions(heads=every)):
         model(b.inp)
     bias = model.decoder[1].self_attn.out_proj.bias
@@ -79,14 +80,14 @@ def test_one_head_knocked_out_by_hand_and_mean_ablation_puts_in_the_mean():
         expected = attn.out_proj(y)
         seen = []
         attn.register_forward_hook(lambda mod, args, out: seen.append(out[0]))
-        with applied(model, Interventions(heads=(HeadRef("dec_self", 0, 2),))):
+        with applied(model, Interventions(heads=(HeadRef(DEC_SELF, 0, 2),))):
             model(b.inp)
         assert torch.allclose(seen[-1], expected, atol=1e-6)
         means = head_means(model, [b])
-        assert torch.allclose(means[("dec_self", 0)], heads_in[0].reshape(-1, cfg.model.d_model).mean(0), atol=1e-6)
-        with applied(model, Interventions(heads=(HeadRef("dec_self", 0, 2),), mode="mean"), means):
+        assert torch.allclose(means[(DEC_SELF, 0)], heads_in[0].reshape(-1, cfg.model.d_model).mean(0), atol=1e-6)
+        with applied(model, Interventions(heads=(HeadRef(DEC_SELF, 0, 2),), mode="mean"), means):
             model(b.inp)
-        assert torch.allclose(heads_in[-1][..., 2 * dh:3 * dh], means[("dec_self", 0)][2 * dh:3 * dh].expand(
+        assert torch.allclose(heads_in[-1][..., 2 * dh:3 * dh], means[(DEC_SELF, 0)][2 * dh:3 * dh].expand(
             *heads_in[-1].shape[:2], dh))
         assert torch.equal(heads_in[-1][..., :2 * dh], heads_in[0][..., :2 * dh])  # the other heads untouched
 
@@ -95,7 +96,7 @@ def test_interventions_never_change_the_weights_and_come_off_after_an_error():
     cfg = tiny_config(INTERVENE, pos="rope")
     model, b = model_for(cfg), batch(cfg)
     before_hash, before = weights_hash(model), model(b.inp).logits
-    spec = Interventions(heads=(HeadRef("dec_self", 0, 1),), skip_ff=(LayerRef("dec", 1),), positional="none")
+    spec = Interventions(heads=(HeadRef(DEC_SELF, 0, 1),), skip_ff=(LayerRef("dec", 1),), positional="none")
     report = ablation_report(model, cfg, spec, n=32)
     assert report["ablated"]["eval"] != report["intact"]["eval"]
     with pytest.raises(RuntimeError):
@@ -139,9 +140,9 @@ def test_shuffle_moves_relative_encodings_with_the_position_ids(pos):
     T = 9
     x = torch.zeros(1, T, dtype=torch.long)
     with torch.no_grad():
-        intact = model(x, need_weights=True).attention["dec_self"][0, 0]  # (H, T, T)
+        intact = model(x, need_weights=True).attention[DEC_SELF][0, 0]  # (H, T, T)
         with applied(model, Interventions(positional="shuffle", shuffle_seed=5)):
-            shuffled = model(x, need_weights=True).attention["dec_self"][0, 0]
+            shuffled = model(x, need_weights=True).attention[DEC_SELF][0, 0]
     order = torch.randperm(T, generator=torch.Generator().manual_seed(5 + T))
     assert not torch.allclose(intact, shuffled)
     for i in range(T):  # same tokens everywhere: scores depend on (order[i] - order[j]) only, for j <= i
@@ -167,7 +168,7 @@ def test_bad_heads_and_layers_name_the_field():
         Interventions(heads=parse_heads("cross.0.0")).check(model)  # decoder-only: no cross-attention
     with pytest.raises(ConfigError, match="Skip block"):
         Interventions(skip_block=parse_layers("5", "Skip block")).check(model)
-    assert parse_heads("1.0, 0.3 1.0") == (HeadRef("dec_self", 0, 3), HeadRef("dec_self", 1, 0))
+    assert parse_heads("1.0, 0.3 1.0") == (HeadRef(DEC_SELF, 0, 3), HeadRef(DEC_SELF, 1, 0))
 
 
 def test_cross_attention_heads_of_an_encoder_decoder():
@@ -208,7 +209,7 @@ def test_importance_map_cells_are_single_head_knockouts():
     imp = importance_map(model, cfg, n=32)
     assert imp.loss.shape == (cfg.model.n_layers, cfg.model.n_heads)
     batches = eval_batches(cfg.task, cfg.model.arch, "eval", 32)
-    with applied(model, Interventions(heads=(HeadRef("dec_self", 1, 3),))):
+    with applied(model, Interventions(heads=(HeadRef(DEC_SELF, 1, 3),))):
         assert imp.loss[1, 3] == pytest.approx(metrics(model, batches)["loss"])
     top, rise = imp.ranked()[0]
     assert rise == pytest.approx(float((imp.loss - imp.intact_loss).max()))
@@ -240,7 +241,7 @@ def test_snapshots_keep_the_weights_of_small_models_only(tmp_path, monkeypatch):
     steps = store.snapshot_steps(small)
     assert steps[0] == 0 and steps[-1] == 30 and len(steps) >= 3
     mid = steps[1]
-    assert set(store.load_snapshot(small, mid)) == {"dec_self"}  # the patterns alone
+    assert set(store.load_snapshot(small, mid)) == {DEC_SELF}  # the patterns alone
     final, at = store.weights_at(small)
     kept = store.load_snapshot_weights(small, 30)
     assert at == 30 and kept.keys() == final.keys()
@@ -250,7 +251,7 @@ def test_snapshots_keep_the_weights_of_small_models_only(tmp_path, monkeypatch):
     monkeypatch.setattr(trainer, "SNAPSHOT_WEIGHTS_MAX", 10)
     large = store.create(cfg)
     record_run(store, large, threads=1)
-    assert store.load_snapshot_weights(large, mid) is None and set(store.load_snapshot(large, mid)) == {"dec_self"}
+    assert store.load_snapshot_weights(large, mid) is None and set(store.load_snapshot(large, mid)) == {DEC_SELF}
     with pytest.raises(RunNotFoundError, match=f"step: the snapshot at step {mid} kept no weights"):
         store.weights_at(large, mid)
     store.close()
@@ -259,7 +260,7 @@ def test_snapshots_keep_the_weights_of_small_models_only(tmp_path, monkeypatch):
 def test_mean_ablation_report_uses_the_means_over_its_held_out_batches():
     cfg = tiny_config(INTERVENE)
     model = model_for(cfg, seed=3)
-    spec = Interventions(heads=(HeadRef("dec_self", 1, 2),), mode="mean")
+    spec = Interventions(heads=(HeadRef(DEC_SELF, 1, 2),), mode="mean")
     report = ablation_report(model, cfg, spec, n=32)
     batches = eval_batches(cfg.task, cfg.model.arch, "eval", 32)
     with applied(model, spec, head_means(model, batches)):
@@ -269,10 +270,10 @@ def test_mean_ablation_report_uses_the_means_over_its_held_out_batches():
 
 
 def test_silenced_heads_are_those_whose_output_the_spec_removes():
-    spec = Interventions(heads=(HeadRef("dec_self", 1, 0), HeadRef("cross", 0, 1)), skip_block=(LayerRef("dec", 0),),
+    spec = Interventions(heads=(HeadRef(DEC_SELF, 1, 0), HeadRef(CROSS, 0, 1)), skip_block=(LayerRef("dec", 0),),
                          skip_attn=(LayerRef("enc", 1),))
-    assert spec.silenced("dec_self", 2) == {(1, 0), (0, 0), (0, 1)}  # the knocked-out head and block 0's heads
-    assert spec.silenced("cross", 2) == {(0, 1), (0, 0)}  # a skipped block takes its cross-attention too
-    assert spec.silenced("enc_self", 2) == {(1, 0), (1, 1)}  # a skipped attention sublayer: all its heads
-    assert Interventions(skip_attn=(LayerRef("dec", 0),)).silenced("cross", 2) == set()  # not the cross-attention
-    assert Interventions(skip_ff=(LayerRef("dec", 0),), positional="none").silenced("dec_self", 2) == set()
+    assert spec.silenced(DEC_SELF, 2) == {(1, 0), (0, 0), (0, 1)}  # the knocked-out head and block 0's heads
+    assert spec.silenced(CROSS, 2) == {(0, 1), (0, 0)}  # a skipped block takes its cross-attention too
+    assert spec.silenced(ENC_SELF, 2) == {(1, 0), (1, 1)}  # a skipped attention sublayer: all its heads
+    assert Interventions(skip_attn=(LayerRef("dec", 0),)).silenced(CROSS, 2) == set()  # not the cross-attention
+    assert Interventions(skip_ff=(LayerRef("dec", 0),), positional="none").silenced(DEC_SELF, 2) == set()

@@ -13,6 +13,7 @@ from lab.engine.jobs import JobManager, JobStatus
 from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
 from tests.helpers import WAIT, FakeTrainer, named, tiny_config, wait_for
+from lab.records import EXACT_MATCH, LOSS, TOKEN_ACC
 
 CFG = tiny_config(steps=20, eval_every=10)
 
@@ -32,12 +33,12 @@ def test_record_run_records_everything(store):
     assert (status["state"], status["step"], status["error"]) == ("completed", 20, None)
     assert status["started_at"] <= status["finished_at"]
     df = store.metrics(run_id)
-    assert (df["kind"] == "train").sum() == 20 and df[df["kind"] == "eval"]["exact_match"].tolist() == [0.8]
+    assert (df["kind"] == "train").sum() == 20 and df[df["kind"] == "eval"][EXACT_MATCH].tolist() == [0.8]
     assert torch.equal(store.load_weights(run_id)["w"], torch.arange(6.0).reshape(2, 3))
     assert store.snapshot_steps(run_id) == [0]
     assert store.summary(run_id) == {
-        "params": 42, "steps": 20, "train_loss": 0.05, "eval": {"loss": 0.5, "token_acc": 0.9, "exact_match": 0.8},
-        "ood": {"loss": 1.5, "token_acc": 0.4, "exact_match": 0.1}, "wall_s": result.wall_s,
+        "params": 42, "steps": 20, "train_loss": 0.05, "eval": {LOSS: 0.5, TOKEN_ACC: 0.9, EXACT_MATCH: 0.8},
+        "ood": {LOSS: 1.5, TOKEN_ACC: 0.4, EXACT_MATCH: 0.1}, "wall_s": result.wall_s,
         "tokens_per_s": 100.0, "device": "cpu", "stopped": False, "train_set": None}  # a fake measures no train set
     with pytest.raises(ValueError, match="is completed, not queued"):
         record_run(store, run_id, train_fn=FakeTrainer())
@@ -197,7 +198,7 @@ def test_real_training_through_job_manager(store):
     df = store.metrics(run_id)
     assert df[df["kind"] == "train"]["step"].max() == 20 and df[df["kind"] == "eval"]["step"].tolist() == [10, 20]
     summary = store.summary(run_id)
-    assert summary["steps"] == 20 and summary["params"] > 0 and 0 <= summary["eval"]["exact_match"] <= 1
+    assert summary["steps"] == 20 and summary["params"] > 0 and 0 <= summary["eval"][EXACT_MATCH] <= 1
     weights = store.load_weights(run_id)
     assert sum(t.numel() for t in weights.values()) >= summary["params"]
     assert store.snapshot_steps(run_id)[-1] == 20

@@ -25,6 +25,7 @@ from lab.views.probe_plots import importance_frame, importance_sentence, metrics
 from lab.views.probing import ImportanceMap, ablation_report, held_out, importance_map, quoted
 from tests.helpers import trained_run
 from ui.inspect.intervention_views import importance_parts
+from lab.records import DEC_SELF, EXACT_MATCH, LOSS, PREDICTABLE_ACC, TOKEN_ACC
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -58,9 +59,9 @@ def model_of(store: RunStore, run_id: str):
 
 def test_what_each_task_quotes():
     assert quoted("text") == ("loss",)
-    assert quoted("induction") == ("loss", "predictable_acc")
+    assert quoted("induction") == (LOSS, PREDICTABLE_ACC)
     for task in ("copy", "reverse", "modular_addition", "parity"):
-        assert quoted(task) == ("loss", "token_acc", "exact_match")
+        assert quoted(task) == (LOSS, TOKEN_ACC, EXACT_MATCH)
 
 
 def test_a_solved_induction_runs_knockout_quotes_the_predictable_positions(store, runs):
@@ -68,7 +69,7 @@ def test_a_solved_induction_runs_knockout_quotes_the_predictable_positions(store
     summary = store.summary(runs["induction"])
     imp = importance_map(model, cfg)
     # the run is solved where it can be: right on the predictable positions, yet its exact-match stays low
-    assert imp.intact_predictable == pytest.approx(summary["eval"]["predictable_acc"], abs=1e-6)
+    assert imp.intact_predictable == pytest.approx(summary["eval"][PREDICTABLE_ACC], abs=1e-6)
     assert imp.intact_predictable > 0.9 and imp.intact_exact < 0.5, (imp.intact_predictable, imp.intact_exact)
     top, _ = imp.ranked()[0]
     with applied(model, Interventions(heads=(top,))):  # the top head's cell, measured here directly
@@ -85,13 +86,13 @@ def test_a_solved_induction_runs_knockout_quotes_the_predictable_positions(store
     assert importance_sentence([imp], 400) in note and "then accuracy on the predictable positions." in note
     assert "exact-match" not in note
     report = ablation_report(model, cfg, Interventions(heads=(top,)))
-    assert report["quoted"] == ["loss", "predictable_acc"]
-    assert report["ablated"]["eval"]["predictable_acc"] == pytest.approx(direct.predictable_acc, abs=1e-9)
+    assert report["quoted"] == [LOSS, PREDICTABLE_ACC]
+    assert report["ablated"]["eval"][PREDICTABLE_ACC] == pytest.approx(direct.predictable_acc, abs=1e-9)
     table = metrics_frame(report)
     assert list(table["held-out metric"]) == ["loss (training lengths)", "accuracy (predictable positions) "
                                               "(training lengths)", "loss (longer lengths)",
                                               "accuracy (predictable positions) (longer lengths)"]
-    assert table.iloc[1]["intact"] == f"{summary['eval']['predictable_acc']:.1%}"
+    assert table.iloc[1]["intact"] == f"{summary['eval'][PREDICTABLE_ACC]:.1%}"
 
 
 def test_a_text_runs_knockout_quotes_its_loss_and_the_unigram_baseline(store, runs):
@@ -115,12 +116,12 @@ def test_a_text_runs_knockout_quotes_its_loss_and_the_unigram_baseline(store, ru
 
 def test_sequence_tasks_keep_exact_match_and_token_accuracy():
     model = load_model(COPY)
-    report = ablation_report(model, COPY, Interventions(heads=(HeadRef("dec_self", 0, 1),)))
+    report = ablation_report(model, COPY, Interventions(heads=(HeadRef(DEC_SELF, 0, 1),)))
     assert [r.split(" (")[0] for r in metrics_frame(report)["held-out metric"]] == \
         ["loss", "token accuracy", "exact-match"] * 2
     imp = importance_map(model, COPY)
     assert "(exact-match " in imp.sentence() and imp.beside()[0] == "exact-match"
-    old = ImportanceMap("dec_self", imp.loss, imp.exact, imp.intact_loss, imp.intact_exact, "zero", 64)
+    old = ImportanceMap(DEC_SELF, imp.loss, imp.exact, imp.intact_loss, imp.intact_exact, "zero", 64)
     assert old.sentence() == imp.sentence()  # a map made without its task reads as before
     assert metrics_frame({k: v for k, v in report.items() if k != "quoted"}).equals(metrics_frame(report))
 
@@ -138,8 +139,8 @@ def test_ablate_on_the_command_line(store, runs, capsys):
     assert main(["ablate", runs["induction"], "--importance", "--json", "--runs-dir", root]) == 0
     got = json.loads(capsys.readouterr().out)
     imp = importance_map(model, cfg)
-    np.testing.assert_allclose(got["predictable_acc"], imp.predictable, atol=1e-9)
-    assert got["intact"]["predictable_acc"] == pytest.approx(imp.intact_predictable)
+    np.testing.assert_allclose(got[PREDICTABLE_ACC], imp.predictable, atol=1e-9)
+    assert got["intact"][PREDICTABLE_ACC] == pytest.approx(imp.intact_predictable)
     assert "accuracy on the predictable positions" in got["sentence"]
     assert main(["ablate", runs["induction"], "--importance", "--runs-dir", root]) == 0
     table = capsys.readouterr().out
@@ -152,5 +153,5 @@ def test_ablate_on_the_command_line(store, runs, capsys):
 
 def test_reports_of_other_tasks_are_unchanged_in_shape():
     cfg = replace(COPY, task=replace(COPY.task, name="reverse"))
-    report = ablation_report(load_model(cfg), cfg, Interventions(heads=(HeadRef("dec_self", 0, 0),)))
-    assert set(report["intact"]["eval"]) == {"loss", "token_acc", "exact_match"}
+    report = ablation_report(load_model(cfg), cfg, Interventions(heads=(HeadRef(DEC_SELF, 0, 0),)))
+    assert set(report["intact"]["eval"]) == {LOSS, TOKEN_ACC, EXACT_MATCH}

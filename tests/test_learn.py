@@ -26,6 +26,7 @@ from lab.tasks.batches import get_task
 from lab.trainer import train
 from ui.common import AppContext
 from ui.learn import NO_RUN, build_learn_tab, neighbour, page_view, subject_for
+from lab.records import DEC_SELF
 
 TINY = RunConfig(model=ModelConfig(n_layers=2, n_heads=2, d_model=16, d_ff=32, n_ctx=16),
                  task=TaskConfig(name="reverse", min_len=1, max_len=4),
@@ -72,7 +73,7 @@ def test_first_layer_attention_is_what_the_model_computes(arch, pos):
     s = lessons.Subject(cfg, None, "init")
     probe = s.probe()
     a = lessons.first_layer_attention(s, probe)
-    model_pattern = attention(s.model(), probe.batch)["dec_self"][0]  # (H, T, T), layer 0
+    model_pattern = attention(s.model(), probe.batch)[DEC_SELF][0]  # (H, T, T), layer 0
     np.testing.assert_allclose(a.pattern, model_pattern, atol=1e-5)
     T, H, dk = len(probe.dec_labels), cfg.model.n_heads, cfg.model.d_head
     assert a.q.shape == a.k.shape == a.v.shape == (H, T, dk) and a.h.shape == (T, cfg.model.d_model)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lab.teach import length_scan
 from lab.teach.presets.catalog import PRESETS
+from lab.records import EXACT_MATCH, LOSS
 
 
 def scan(cpu: list[tuple[int, float, float]], cuda: list[tuple[int, float, float]] = ()) -> dict:
@@ -30,8 +31,8 @@ def test_the_stored_scan_is_what_the_preset_quotes():
     assert {"cpu", "cuda"} <= set(stored), "run benchmarks/sequence_length.py (and with --device cuda on a GPU)"
     for entry in stored.values():
         assert len(entry["rows"]) >= 3 and all(r["transformer"] > 0 and r["lstm"] > 0 for r in entry["rows"])
-    summary = {"params": 105_600, "steps": 600, "tokens_per_s": 50_000.0, "eval": {"loss": 0.01, "exact_match": 1.0}}
-    lstm = {"params": 105_440, "steps": 600, "tokens_per_s": 60_000.0, "eval": {"loss": 1.9, "exact_match": 0.0}}
+    summary = {"params": 105_600, "steps": 600, "tokens_per_s": 50_000.0, "eval": {LOSS: 0.01, EXACT_MATCH: 1.0}}
+    lstm = {"params": 105_440, "steps": 600, "tokens_per_s": 60_000.0, "eval": {LOSS: 1.9, EXACT_MATCH: 0.0}}
     text = PRESETS["why_attention"].explain({"Transformer": summary, "LSTM": lstm})
     assert "; " + length_scan.sentence(stored) in text and "against the Transformer's 50,000; against" in text, text
     assert len(text) < 900 and text.count(". ") + text.count("; ") <= 6, text

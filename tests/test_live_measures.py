@@ -11,6 +11,7 @@ import pytest
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from tests.helpers import app_context, trained_run
 from ui.live import accuracy_of, live_frames, progress_text
+from lab.records import EXACT_MATCH, PREDICTABLE_ACC, TOKEN_ACC
 
 BASE = RunConfig(model=ModelConfig(n_layers=1, n_heads=2, d_model=16, d_ff=32, n_ctx=40),
                  task=TaskConfig(name="copy", max_len=4),
@@ -24,9 +25,9 @@ def ctx(tmp_path_factory):
 
 
 @pytest.mark.parametrize("task, column, series", [
-    ({"name": "copy"}, "exact_match", {"held-out", "train", "held-out, longer lengths"}),
-    ({"name": "induction", "min_len": 8, "max_len": 16}, "predictable_acc", {"held-out", "train"}),
-    ({"name": "text", "min_len": 16, "max_len": 16}, "token_acc", {"held-out", "train"}),
+    ({"name": "copy"}, EXACT_MATCH, {"held-out", "train", "held-out, longer lengths"}),
+    ({"name": "induction", "min_len": 8, "max_len": 16}, PREDICTABLE_ACC, {"held-out", "train"}),
+    ({"name": "text", "min_len": 16, "max_len": 16}, TOKEN_ACC, {"held-out", "train"}),
 ])
 def test_the_accuracy_plot_and_the_result_line_use_the_tasks_own_measure(ctx, task, column, series):
     cfg = replace(BASE, task=TaskConfig(**task))

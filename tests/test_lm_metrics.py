@@ -12,7 +12,7 @@ import torch
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.evaluation import measure
 from lab.model import ModelOutput
-from lab.records import EvalRecord
+from lab.records import EXACT_MATCH, LOSS, PREDICTABLE_ACC, TOKEN_ACC, EvalRecord
 from lab.trainer import train
 from lab.tasks.batches import IGNORE_INDEX, Batch, get_task
 from lab.tasks.shapes import SHAPES, headline_metrics, loss_baselines
@@ -88,19 +88,19 @@ def test_headline_metrics_name_what_means_something_for_each_task():
         head = headline_metrics(name)
         assert head and set(head) <= columns and {"train_" + c for c in head} <= columns, name
     assert headline_metrics("text") == ("loss",)
-    assert headline_metrics("induction") == ("loss", "predictable_acc")
-    assert headline_metrics("sort")[0] == "exact_match" and "token_acc" not in headline_metrics("modular_addition")
+    assert headline_metrics("induction") == (LOSS, PREDICTABLE_ACC)
+    assert headline_metrics("sort")[0] == EXACT_MATCH and TOKEN_ACC not in headline_metrics("modular_addition")
 
 
 def test_headline_sentences_read_a_language_model_by_its_loss():
-    text = headline_sentence(TEXT_TASK, {"loss": 0.5, "exact_match": 0.0, "token_acc": 0.8})
+    text = headline_sentence(TEXT_TASK, {LOSS: 0.5, EXACT_MATCH: 0.0, TOKEN_ACC: 0.8})
     assert text == ("Held-out loss 0.50 nats a character, below the unigram baseline 0.64 nats (a model that "
                     "ignores context) and below chance, ln 3 = 1.10.")
     ind = TaskConfig(name="induction", min_len=24, max_len=24, n_symbols=1000)
-    text = headline_sentence(ind, {"loss": 0.8, "exact_match": 0.086, "predictable_acc": 0.99}, "training")
+    text = headline_sentence(ind, {LOSS: 0.8, EXACT_MATCH: 0.086, PREDICTABLE_ACC: 0.99}, "training")
     assert text.startswith("Training loss 0.80 nats a token, below chance, ln 1000 = 6.91; 99% right on the "
                            "predictable positions") and "exact-match" not in text
-    seq = headline_sentence(TaskConfig(name="sort"), {"loss": 0.01, "exact_match": 0.97, "token_acc": 0.99})
+    seq = headline_sentence(TaskConfig(name="sort"), {LOSS: 0.01, EXACT_MATCH: 0.97, TOKEN_ACC: 0.99})
     assert seq == "Held-out exact-match 97% (whole answers right), token accuracy 99%, loss 0.01 nats a token."
 
 

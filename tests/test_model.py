@@ -14,6 +14,7 @@ from lab.model import IGNORE_INDEX, Block, Transformer
 from lab.positional import PositionalEncoding
 from lab.tasks.batches import get_task
 from lab.trainer import build_model
+from lab.records import CROSS, DEC_SELF, ENC_SELF
 
 AXES = list(itertools.product(POS_ENCODINGS, NORMS, TRANSFORMERS))
 VOCAB = 11
@@ -188,15 +189,15 @@ def test_attention_patterns(pos, norm, arch):
         out = model(idx, src, need_weights=True)
         fused = model(idx, src)
     assert fused.attention == {}  # the fused path returns no patterns
-    want_kinds = {"dec_self"} | ({"enc_self", "cross"} if arch == "encoder-decoder" else set())
+    want_kinds = {DEC_SELF} | ({ENC_SELF, CROSS} if arch == "encoder-decoder" else set())
     assert set(out.attention) == want_kinds
     L, Hh = cfg.n_layers, cfg.n_heads
-    dec = out.attention["dec_self"]
+    dec = out.attention[DEC_SELF]
     assert dec.shape == (L, 2, Hh, 8, 8)
     above = torch.ones(8, 8, dtype=torch.bool).triu(1)
     assert (dec[..., above] == 0).all()  # exactly zero above the diagonal
     assert (dec[..., ~above] > 0).all()
-    for kind, shape in {"enc_self": (L, 2, Hh, 6, 6), "cross": (L, 2, Hh, 8, 6), "dec_self": dec.shape}.items():
+    for kind, shape in {ENC_SELF: (L, 2, Hh, 6, 6), CROSS: (L, 2, Hh, 8, 6), DEC_SELF: dec.shape}.items():
         if kind in out.attention:
             pat = out.attention[kind]
             assert pat.shape == shape

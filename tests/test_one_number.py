@@ -29,6 +29,7 @@ from tests.helpers import app_context, trained_run
 from ui.inspect.intervention_views import MapCache, api_call
 from ui.learn import page_view
 from lab.teach.presets.results import run_result, wanted
+from lab.records import EXACT_MATCH, LOSS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -172,7 +173,7 @@ def test_the_pre_post_ln_explanation_claims_no_initial_gradient_gap_this_lab_doe
     cfg = next(c for c in PRESETS["pre_post_ln"].runs if c.name == LN_RUNS[0])
     g = lessons.norm_placement(cfg).grad
     assert 0.5 < g[("lab", "post")][-1] / g[("lab", "pre")][-1] < 2.0, g
-    text = PRESETS["pre_post_ln"].explain({n: {"eval": {"loss": v, "exact_match": 0.0}}
+    text = PRESETS["pre_post_ln"].explain({n: {"eval": {LOSS: v, EXACT_MATCH: 0.0}}
                                            for n, v in zip(LN_RUNS, (0.12, 1.67, 0.46))})  # post worse, warmup helps
     assert "gradients near the output are large" not in text and "derails" not in text
     assert "Learn page 8" in text and "not that cause" in text and "without warmup" in text

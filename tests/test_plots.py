@@ -17,6 +17,7 @@ from lab.config import ModelConfig, RunConfig, TaskConfig
 from lab.views.plots import KIND_TITLES, attention_grid, curves_figure, params_figure, pca_figure, \
     positional_figure, to_png
 from tests.helpers import tiny_config
+from lab.records import CROSS, ENC_SELF
 
 LAB = Path(__file__).resolve().parents[1] / "lab"
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -75,8 +76,8 @@ def test_attention_grid_from_a_real_model(arch):
     cfg = tiny_config(PLOTS, arch=arch)
     p = sampled_probe(cfg)
     for kind, pat in attention(load_model(cfg), p.batch).items():
-        q = p.dec_labels if kind != "enc_self" else p.src_labels
-        k = p.src_labels if kind in ("enc_self", "cross") else p.dec_labels
+        q = p.dec_labels if kind != ENC_SELF else p.src_labels
+        k = p.src_labels if kind in (ENC_SELF, CROSS) else p.dec_labels
         fig = attention_grid(pat, q, k, title=KIND_TITLES[kind])
         np.testing.assert_array_equal(cells(fig, 2, 2, len(q), len(k)), pat)
 

@@ -6,12 +6,13 @@ import numpy as np
 
 from lab.teach.attention_measures import anti_diagonal
 from lab.teach.presets.catalog import PRESETS, measured
+from lab.records import EXACT_MATCH, LOSS, TOKEN_ACC
 
 
 def summ(loss: float, em: float, train_loss: float | None = None, ood_em: float = 0.0) -> dict:
     return {"train_loss": loss if train_loss is None else train_loss, "steps": 100, "wall_s": 1.0,
-            "eval": {"loss": loss, "token_acc": 0.5, "exact_match": em},
-            "ood": {"loss": loss, "token_acc": 0.5, "exact_match": ood_em}, "stopped": False}
+            "eval": {LOSS: loss, TOKEN_ACC: 0.5, EXACT_MATCH: em},
+            "ood": {LOSS: loss, TOKEN_ACC: 0.5, EXACT_MATCH: ood_em}, "stopped": False}
 
 
 def curve(key: str, values: list[float], every: int) -> list[dict]:
@@ -19,7 +20,7 @@ def curve(key: str, values: list[float], every: int) -> list[dict]:
 
 
 def test_sort_says_at_which_step_it_was_solved():
-    evals = curve("exact_match", [0.1, 0.6, 0.97, 1.0, 1.0], 25)
+    evals = curve(EXACT_MATCH, [0.1, 0.6, 0.97, 1.0, 1.0], 25)
     text = PRESETS["hello_sort"].explain({"sort": measured(summ(0.0002, 1.0), evals)})
     assert "Solved by step 100 of 300" in text, text
 
@@ -42,7 +43,7 @@ def test_encoder_decoder_names_the_anti_diagonal_head_and_its_share():
 
 
 def test_grokking_says_when_test_accuracy_jumped_after_training_fitted():
-    wd = measured(summ(0.5, 0.99, train_loss=0.01), curve("exact_match", [0.02, 0.05, 0.4, 0.95, 0.99], 440),
+    wd = measured(summ(0.5, 0.99, train_loss=0.01), curve(EXACT_MATCH, [0.02, 0.05, 0.4, 0.95, 0.99], 440),
                   train=[(100, 2.0), (550, 0.25), (900, 0.01)])
     no = measured(summ(2.0, 0.3, train_loss=0.01))
     text = PRESETS["grokking"].explain({"weight decay 1.0": wd, "weight decay 0": no})

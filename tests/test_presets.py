@@ -15,7 +15,7 @@ from lab.derived import derived_n_ctx
 from lab.engine.recorder import summary_of
 from lab.teach.attention_measures import previous_token_share
 from lab.teach.presets.catalog import LN_RUNS, METRICS, PES, PRESETS, RESID_RUNS, SCALING_RUNS, SEEDS, Preset
-from lab.records import EvalRecord, SnapshotRecord, StepRecord
+from lab.records import DEC_SELF, EXACT_MATCH, LOSS, TOKEN_ACC, EvalRecord, SnapshotRecord, StepRecord
 from lab.tasks.batches import get_task
 
 EXPECTED = {"hello_sort", "induction", "pre_post_ln", "short_long", "beyond", "encoder_decoder", "grokking",
@@ -57,9 +57,9 @@ def test_metrics_are_the_compare_views_curves():
 
 # ---- fast: explanations follow the numbers ----------------------------------------------------------
 def summ(loss=1.0, em=0.0, ood_loss=None, ood_em=0.0, train_loss=None) -> dict:
-    ood = None if ood_loss is None else {"loss": ood_loss, "token_acc": 0.5, "exact_match": ood_em}
+    ood = None if ood_loss is None else {LOSS: ood_loss, TOKEN_ACC: 0.5, EXACT_MATCH: ood_em}
     return {"train_loss": loss if train_loss is None else train_loss, "steps": 100, "wall_s": 1.0,
-            "eval": {"loss": loss, "token_acc": 0.5, "exact_match": em}, "ood": ood, "stopped": False}
+            "eval": {LOSS: loss, TOKEN_ACC: 0.5, EXACT_MATCH: em}, "ood": ood, "stopped": False}
 
 
 def say(key: str, results: dict) -> str:
@@ -93,7 +93,7 @@ def test_explain_induction_quotes_the_head_that_matters():
     attn = np.zeros((2, 2, 5, 5))
     attn[0, 0, range(1, 5), range(4)] = 0.9  # head 0.0 looks one token back
     seen = say("induction", {"1 layer": summ(5.04), "2 layers": {**summ(0.8), "knockout": k,
-                                                                "attention": {"dec_self": attn}}})
+                                                                "attention": {DEC_SELF: attn}}})
     assert "layer 0 head 0, which puts 90% of its attention on the previous token, raises" in seen
     assert previous_token_share(attn, 0, 1) == 0.0 and previous_token_share(None, 0, 0) is None
     small = {**k, "ablated": 1.12, "rise": 0.32, "median_rise": 0.2}
@@ -154,7 +154,7 @@ def test_explain_grokking():
 def test_explain_why_attention():
     def res(em_t, em_l, distance=None):
         t = {**summ(0.001, em_t), "params": 105_600, "tokens_per_s": 30_000.0,
-             "evals": [{"step": 60, "elapsed_s": 3.0, "exact_match": 0.4}, {"step": 90, "elapsed_s": 6.2, "exact_match": 1.0}]}
+             "evals": [{"step": 60, "elapsed_s": 3.0, EXACT_MATCH: 0.4}, {"step": 90, "elapsed_s": 6.2, EXACT_MATCH: 1.0}]}
         return {"Transformer": t, "LSTM": {**summ(1.3, em_l), "params": 105_440, "tokens_per_s": 45_000.0,
                                            "distance": distance or {}}}
 
@@ -275,7 +275,7 @@ def one_thread_and_pool_shut_down_after(one_thread):
 @pytest.mark.slow
 def test_hello_sort_solves_sort():
     r = Ran(PRESETS["hello_sort"])
-    assert r.ev("sort", "exact_match") == 1.0, r.summaries
+    assert r.ev("sort", EXACT_MATCH) == 1.0, r.summaries
     assert "Solved" in r.text
 
 
@@ -298,9 +298,9 @@ def test_induction_needs_two_layers_and_one_head_matters_most():
     # 0.80 to 8.02 (+7.22), the median head by +0.41 (18x); seeds 1-9: 14x to 22x. Issue 15 asks for 3x.
     assert k["rise"] >= 3 * k["median_rise"], k
     snaps = [rec for rec in r.records["2 layers"] if isinstance(rec, SnapshotRecord)]
-    attn = snaps[-1].patterns["dec_self"]  # (layers, heads, T, T) on the probe, at the last step
+    attn = snaps[-1].patterns[DEC_SELF]  # (layers, heads, T, T) on the probe, at the last step
     assert k["layer"] == 0 and previous_token_share(attn, 0, k["index"]) >= 0.5  # the previous-token head
-    text = preset.explain({n: {**s, "knockout": k if n == "2 layers" else {}, "attention": {"dec_self": attn}}
+    text = preset.explain({n: {**s, "knockout": k if n == "2 layers" else {}, "attention": {DEC_SELF: attn}}
                            for n, s in r.summaries.items()})
     assert f"Knocking out (zeroing) layer {k['layer']} head {k['index']}, which puts" in text, text
     assert f"to {k['ablated']:.2f}" in text and "as much as the median head" in text, text
@@ -329,8 +329,8 @@ def test_no_position_encoding_reverses_beyond_training():
     carries whole sequences past the training length)."""
     r = Ran(PRESETS["beyond"])
     for name in r.summaries:
-        assert r.ev(name, "exact_match") >= 0.15, (name, r.summaries[name])
-        assert r.ood(name, "exact_match") < 0.05, (name, r.summaries[name])
+        assert r.ev(name, EXACT_MATCH) >= 0.15, (name, r.summaries[name])
+        assert r.ood(name, EXACT_MATCH) < 0.05, (name, r.summaries[name])
     assert "no run reversed" in r.text and "no encoding wins reliably" in r.text
 
 
@@ -341,7 +341,7 @@ def test_encoder_decoder_reverses_with_anti_diagonal_cross_attention():
     preset = PRESETS["encoder_decoder"]
     r = Ran(preset)
     cfg = preset.runs[0]
-    assert r.ev(cfg.name, "exact_match") >= 0.99, r.summaries
+    assert r.ev(cfg.name, EXACT_MATCH) >= 0.99, r.summaries
     probe = sampled_probe(cfg)
     cross = attention(load_model(cfg, r.weights[cfg.name]), probe.batch)["cross"]  # (layers, heads, T, S)
     n = cross.shape[-1]
@@ -362,7 +362,7 @@ def test_attention_reverses_where_an_lstm_of_the_same_size_fails_far_back():
     r = Ran(preset)
     t, lstm = preset.runs
     assert abs(r.summaries["Transformer"]["params"] / r.summaries["LSTM"]["params"] - 1) < 0.01  # the same size
-    assert r.ev("Transformer", "exact_match") == 1.0 and r.ev("LSTM", "exact_match") < 0.5, r.summaries
+    assert r.ev("Transformer", EXACT_MATCH) == 1.0 and r.ev("LSTM", EXACT_MATCH) < 0.5, r.summaries
     dist = accuracy_by_distance(load_model(lstm, r.weights["LSTM"]), lstm)
     _, near, _, far = near_and_far(dist)
     print(f"\n[why_attention] LSTM accuracy by distance {dist}")
@@ -403,9 +403,9 @@ def test_grokking_needs_weight_decay():
     memorised = [e.step for e in evals if e.train_exact_match >= 0.9 and e.exact_match < 0.6]
     assert memorised, [(e.step, e.train_exact_match, e.exact_match) for e in evals]
     assert min(memorised) < min(e.step for e in evals if e.exact_match > 0.9)
-    assert r.ev(wd, "exact_match") > 0.9, r.summaries
+    assert r.ev(wd, EXACT_MATCH) > 0.9, r.summaries
     no_train = [s.loss for s in r.records[no] if isinstance(s, StepRecord)][-25:]
-    assert sum(no_train) / len(no_train) < 0.3 and r.ev(no, "exact_match") < 0.6, r.summaries
+    assert sum(no_train) / len(no_train) < 0.3 and r.ev(no, EXACT_MATCH) < 0.6, r.summaries
     assert not math.isnan(r.ev(no)) and "jumps" in r.text
 
 

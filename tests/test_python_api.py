@@ -20,6 +20,7 @@ import lab
 import lab.api.cache
 import lab.api.configs
 from lab.cli.main import build_parser, config_from_args
+from lab.records import EXACT_MATCH
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "python-api.md"
@@ -106,7 +107,7 @@ def test_a_trained_run_reads_as_dataframes(run):
     m = run.metrics()
     assert isinstance(m, pd.DataFrame) and set(m["kind"]) == {"train", "eval"}
     evals = run.metrics("eval")
-    assert list(evals["step"]) == [10, 20] and "exact_match" in evals
+    assert list(evals["step"]) == [10, 20] and EXACT_MATCH in evals
     curve = run.curve("held-out loss")
     assert list(curve.columns) == ["step", "x", "value"] and list(curve["step"]) == [10, 20]
     assert curve["value"].iloc[-1] == pytest.approx(run.summary["eval"]["loss"])

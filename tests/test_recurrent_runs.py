@@ -13,6 +13,7 @@ from lab.interventions import Interventions, LayerRef, applied, parse_heads
 from lab.params import module_params, param_breakdown
 from lab.trainer import build_model
 from tests.helpers import tiny_config, trained_run
+from lab.records import EXACT_MATCH
 
 LSTM = tiny_config(arch="lstm", d_model=16, n_layers=2, steps=20, eval_every=10, task="reverse")
 
@@ -48,7 +49,7 @@ def test_the_command_line_trains_an_lstm_and_names_the_run_by_its_architecture(t
     assert rc == 0 and out["status"] == "completed" and "-reverse-lstm-" in out["run_id"]
     assert out["params"] == sum(param_breakdown(RunConfig.from_dict(json.loads(
         (tmp_path / out["run_id"] / "config.json").read_text()))).values())
-    assert 0 <= out["eval"]["exact_match"] <= 1
+    assert 0 <= out["eval"][EXACT_MATCH] <= 1
 
 
 @pytest.fixture(scope="module")

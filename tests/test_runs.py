@@ -18,7 +18,7 @@ import torch
 
 import lab.engine.store as runs
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
-from lab.records import EvalRecord, SnapshotRecord, StepRecord
+from lab.records import CROSS, DEC_SELF, EXACT_MATCH, EvalRecord, SnapshotRecord, StepRecord
 from lab.engine.liveness import LOCK_DIR, my_token
 from lab.engine.store import DamagedRunError, RunIdError, RunNotFoundError, RunStore
 
@@ -235,7 +235,7 @@ def test_weights_round_trip_exactly(store):
 def test_snapshot_round_trip(store):
     run_id = store.create(CFG)
     rng = np.random.default_rng(0)
-    pats = {"dec_self": rng.random((1, 2, 5, 5), dtype=np.float32), "cross": rng.random((1, 2, 5, 3), dtype=np.float32)}
+    pats = {DEC_SELF: rng.random((1, 2, 5, 5), dtype=np.float32), CROSS: rng.random((1, 2, 5, 3), dtype=np.float32)}
     for step in (20, 0, 100):
         store.save_snapshot(run_id, SnapshotRecord(step, pats))
     assert store.snapshot_steps(run_id) == [0, 20, 100]
@@ -251,8 +251,8 @@ def test_snapshot_round_trip(store):
 def test_summary_and_list_columns(store):
     a = store.create(CFG, owner="ada")
     b = store.create(replace(CFG, model=replace(CFG.model, norm="post")))
-    store.write_summary(a, {"params": 99, "train_loss": 0.5, "eval": {"exact_match": 0.75}, "ood": None})
-    assert store.summary(a)["eval"] == {"exact_match": 0.75} and store.summary(b) is None
+    store.write_summary(a, {"params": 99, "train_loss": 0.5, "eval": {EXACT_MATCH: 0.75}, "ood": None})
+    assert store.summary(a)["eval"] == {EXACT_MATCH: 0.75} and store.summary(b) is None
     df = store.list()
     assert df["run_id"].tolist() == [a, b]  # by created_at
     assert list(df.columns[:8]) == ["run_id", "state", "owner", "created_at", "updated_at", "step", "error", "damaged"]

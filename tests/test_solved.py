@@ -8,7 +8,7 @@ read them (`run_result` in lab/teach/presets/results.py: the run's metrics frame
 from __future__ import annotations
 
 from lab.engine.store import RunStore
-from lab.records import EvalRecord
+from lab.records import EXACT_MATCH, LOSS, TOKEN_ACC, EvalRecord
 from lab.teach.presets.catalog import PRESETS, SOLVED
 from lab.teach.presets.results import run_result
 
@@ -16,16 +16,16 @@ SORT = PRESETS["hello_sort"]
 DEFINITION = "(held-out exact-match at or above 99.9% from that evaluation on)"
 
 
-def crafted_run(store: RunStore, cfg, curve: dict[int, float], key: str = "exact_match") -> dict:
+def crafted_run(store: RunStore, cfg, curve: dict[int, float], key: str = EXACT_MATCH) -> dict:
     """A finished run of `cfg` whose held-out `key` took the values `curve` (step -> value); what a preset's
     explanation reads of it."""
     run_id = store.create(cfg)
     for step, value in sorted(curve.items()):
-        metrics = {"loss": 0.5, "token_acc": 0.9, "exact_match": 0.5} | {key: value}
+        metrics = {LOSS: 0.5, TOKEN_ACC: 0.9, EXACT_MATCH: 0.5} | {key: value}
         store.append(run_id, EvalRecord(step=step, elapsed_s=step / 100, tokens=step * 64, **metrics))
     last = curve[max(curve)]
     summary = {"params": 1000, "steps": max(curve), "train_loss": 0.1, "wall_s": 5.0, "stopped": False,
-               "eval": {"loss": 0.5, "token_acc": 0.9, "exact_match": 0.5} | {key: last}, "ood": None}
+               "eval": {LOSS: 0.5, TOKEN_ACC: 0.9, EXACT_MATCH: 0.5} | {key: last}, "ood": None}
     store.write_summary(run_id, summary)
     store.set_status(run_id, "completed", step=max(curve))
     return run_result(store, run_id, summary)

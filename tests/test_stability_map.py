@@ -14,7 +14,7 @@ import pytest
 from lab.engine.grid import build_grid
 from lab.engine.store import RunStore
 from lab.engine.jobs import JobManager
-from lab.records import EvalRecord, StepRecord
+from lab.records import EXACT_MATCH, LOSS, EvalRecord, StepRecord
 from lab.teach.presets import stability as preset
 from lab.views.stability_map import RunFinal, cell_text, run_final, stability_map, stability_plot
 from ui.common import AppContext
@@ -142,12 +142,12 @@ def test_no_map_without_two_numeric_settings_or_with_too_many_panels():
 
 def test_a_final_loss_that_went_nan_is_the_runs_final_value_not_the_last_finite_one():
     metrics = pd.DataFrame([
-        {"kind": "train", "step": 1, "loss": 2.4}, {"kind": "eval", "step": 50, "loss": 1.2, "exact_match": 0.1},
+        {"kind": "train", "step": 1, LOSS: 2.4}, {"kind": "eval", "step": 50, LOSS: 1.2, EXACT_MATCH: 0.1},
         {"kind": "train", "step": 60, "loss": math.inf}, {"kind": "eval", "step": 100, "loss": math.nan,
-                                                           "exact_match": 0.0}])
+                                                           EXACT_MATCH: 0.0}])
     f = run_final(metrics, "eval", "loss", "completed")
     assert math.isnan(f.value) and f.diverged and f.mark == "diverged"
-    ok = run_final(metrics.iloc[:2], "eval", "exact_match", "completed")
+    ok = run_final(metrics.iloc[:2], "eval", EXACT_MATCH, "completed")
     assert ok.value == 0.1 and not ok.diverged and ok.mark == "" and ok.first_loss == 2.4 and ok.final_loss == 1.2
     assert run_final(pd.DataFrame(), "eval", "loss", "queued") == RunFinal("queued", None)
 

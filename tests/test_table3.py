@@ -10,6 +10,7 @@ from lab.config import RunConfig
 from lab.teach.presets.table3 import (BASE, BASE_ROW, OPPOSITE, ROWS, SAME, SEEDS, SPREAD, Band, configs, mark,
                               perplexity, table)
 from tests.helpers import REPO
+from lab.records import EXACT_MATCH, LOSS
 
 
 @pytest.mark.parametrize("base, row, expected", [
@@ -71,7 +72,7 @@ def test_the_presets_explanation_is_the_table_with_a_count_of_its_marks():
     losses = {"base": (1.0, 1.02, 1.04), "A h=1": (1.2, 1.25, 1.22), "A h=32": (1.0, 1.3, 1.1),
               "B d_k/4": (1.3, 1.31, 1.32), "C N/3": (1.5, 1.6, 1.55), "D dropout 0": (0.9, 0.92, 0.91),
               "E learned": (1.01, 1.03, 1.02)}
-    results = {f"{k} seed {s}": {"eval": {"loss": v[i], "exact_match": 0.0}, "stopped": False}
+    results = {f"{k} seed {s}": {"eval": {LOSS: v[i], EXACT_MATCH: 0.0}, "stopped": False}
                for k, v in losses.items() for i, s in enumerate(SEEDS)}
     text = PRESETS["table3"].explain(results)
     assert text.startswith("Of the paper's 6 variations, 3 moved this toy model the paper's way, 1 the opposite way "

@@ -15,7 +15,7 @@ from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.recorder import record_run
 from lab.engine.store import RunStore
 from lab.evaluation import TRAIN_SHARE, evaluation_sets, train_samples
-from lab.records import EvalRecord, StepRecord
+from lab.records import EXACT_MATCH, LOSS, PREDICTABLE_ACC, TOKEN_ACC, EvalRecord, StepRecord
 from lab.tasks.batches import eval_batches, get_task, text_tokens
 from lab.teach.presets.catalog import PRESETS, measured
 from lab.textdata import builtin_text
@@ -42,12 +42,12 @@ def test_stored_records_hold_training_metrics_that_part_from_the_held_out_ones(t
     for col in ("train_loss", "train_token_acc", "train_exact_match"):
         assert evals[col].notna().all(), evals
     last = evals.iloc[-1]
-    assert last["train_exact_match"] > last["exact_match"] + 0.4, last.to_dict()
+    assert last["train_exact_match"] > last[EXACT_MATCH] + 0.4, last.to_dict()
     assert last["train_loss"] < 0.5 * last["loss"], last.to_dict()  # memorised: low loss on the seen pairs only
     summary = store.summary(run_id)
-    assert summary["train_set"]["exact_match"] == pytest.approx(last["train_exact_match"])
-    assert summary["eval"]["exact_match"] == pytest.approx(last["exact_match"])
-    assert evals["predictable_acc"].isna().all()  # every scored position of modular addition is predictable
+    assert summary["train_set"][EXACT_MATCH] == pytest.approx(last["train_exact_match"])
+    assert summary["eval"][EXACT_MATCH] == pytest.approx(last[EXACT_MATCH])
+    assert evals[PREDICTABLE_ACC].isna().all()  # every scored position of modular addition is predictable
 
 
 def test_the_training_set_is_the_training_split():
@@ -104,13 +104,13 @@ def test_every_curve_says_what_it_was_measured_on():
 
 
 def grok_run(test_acc: list[float], train_acc: list[float], every: int = 110) -> dict:
-    evals = [{"step": every * (i + 1), "exact_match": t, "train_exact_match": a}
+    evals = [{"step": every * (i + 1), EXACT_MATCH: t, "train_exact_match": a}
              for i, (t, a) in enumerate(zip(test_acc, train_acc))]
     last = evals[-1]
     return measured({"train_loss": 0.001, "steps": every * len(evals), "wall_s": 1.0, "stopped": False,
-                     "eval": {"loss": 0.1, "token_acc": last["exact_match"], "exact_match": last["exact_match"]},
-                     "train_set": {"loss": 0.001, "token_acc": last["train_exact_match"],
-                                   "exact_match": last["train_exact_match"]}, "ood": None},
+                     "eval": {LOSS: 0.1, TOKEN_ACC: last[EXACT_MATCH], EXACT_MATCH: last[EXACT_MATCH]},
+                     "train_set": {LOSS: 0.001, TOKEN_ACC: last["train_exact_match"],
+                                   EXACT_MATCH: last["train_exact_match"]}, "ood": None},
                     evals, train=[(100, 2.0), (500, 0.01)])
 
 

@@ -12,7 +12,7 @@ import torch.nn as nn
 
 from lab.config import TRANSFORMERS, ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.model import ModelOutput
-from lab.records import EvalRecord, SnapshotRecord, StepRecord
+from lab.records import CROSS, DEC_SELF, ENC_SELF, EvalRecord, SnapshotRecord, StepRecord
 from lab.tasks.batches import IGNORE_INDEX, eval_batches, get_task, probe
 from lab.trainer import (
     build_model,
@@ -241,15 +241,15 @@ def test_records_and_snapshot_shapes(arch):
     t_dec = b.inp.shape[1]
     t_src = None if b.src is None else b.src.shape[1]
     L, H = cfg.model.n_layers, cfg.model.n_heads
-    want = {"dec_self": (L, H, t_dec, t_dec)}
+    want = {DEC_SELF: (L, H, t_dec, t_dec)}
     if arch == "encoder-decoder":
-        want |= {"enc_self": (L, H, t_src, t_src), "cross": (L, H, t_dec, t_src)}
+        want |= {ENC_SELF: (L, H, t_src, t_src), CROSS: (L, H, t_dec, t_src)}
     for s in snaps:
         assert {k: v.shape for k, v in s.patterns.items()} == want
         for pat in s.patterns.values():
             assert pat.dtype == np.float32
             assert np.allclose(pat.sum(-1), 1.0, atol=1e-5)
-    assert not np.allclose(snaps[0].patterns["dec_self"], snaps[-1].patterns["dec_self"])  # they are live
+    assert not np.allclose(snaps[0].patterns[DEC_SELF], snaps[-1].patterns[DEC_SELF])  # they are live
     assert result.params == build_model(cfg).num_params()
     assert result.device == "cpu"
 

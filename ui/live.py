@@ -25,6 +25,7 @@ import pandas as pd
 
 from lab.engine.limits import thin
 from lab.engine.sharing import provenance
+from lab.records import EXACT_MATCH, PREDICTABLE_ACC, TOKEN_ACC, Metric
 from lab.tasks.batches import get_task
 from lab.tasks.shapes import headline_metrics
 from lab.teach.loss_reading import headline_sentence, overfitting_sentence
@@ -132,14 +133,14 @@ def answer(seen: Seen, run_id: str, text: str, frames_version: Optional[Version]
 
 
 ACC_TITLE = "Accuracy: the task's headline measure (the sentence above says which)"
-ACC_COLUMNS = {"exact_match": "exact-match", "predictable_acc": "accuracy (predictable positions)",
-               "token_acc": "token accuracy"}  # record column -> the curves' name for it (lab/views/curves.py CURVES)
+ACC_COLUMNS: dict[Metric, str] = {EXACT_MATCH: "exact-match", PREDICTABLE_ACC: "accuracy (predictable positions)",
+                                  TOKEN_ACC: "token accuracy"}  # record column -> the curves' name for it (lab/views/curves.py CURVES)
 
 
-def accuracy_of(task: str) -> str:
+def accuracy_of(task: str) -> Metric:
     """The accuracy the live plot draws for `task`: its headline accuracy (lab.tasks.shapes.headline_metrics),
     token accuracy for a character model (each next character right)."""
-    return next((c for c in headline_metrics(task) if c in ACC_COLUMNS), "token_acc")
+    return next((c for c in headline_metrics(task) if c in ACC_COLUMNS), TOKEN_ACC)
 
 
 def live_frames(ctx: AppContext, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -184,8 +185,8 @@ def progress_text(ctx: AppContext, run_id: str) -> tuple[str, str]:
     if ev:
         task = ctx.store.config(run_id).task
         res = " " + headline_sentence(task, ev)
-        if ood and "exact_match" in headline_metrics(task.name) and ood.get("exact_match") is not None:
-            res += f" On longer inputs: exact-match {ood['exact_match']:.0%}."
+        if ood and EXACT_MATCH in headline_metrics(task.name) and ood.get(EXACT_MATCH) is not None:
+            res += f" On longer inputs: exact-match {ood[EXACT_MATCH]:.0%}."
         m = ctx.store.metrics(run_id)
         res += " " + overfitting_sentence(task, m[m["kind"] == "eval"].to_dict("records")) if len(m) else ""
     wall = f" in {summary['wall_s']:.1f} s" if summary.get("wall_s") else ""

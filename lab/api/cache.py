@@ -28,6 +28,7 @@ from lab.config import ConfigError
 from lab.interventions import (MODES, POSITIONAL, HeadRef, Interventions, LayerRef, parse_heads,
                                parse_layers)
 from lab.model import Transformer
+from lab.records import CROSS, DEC_SELF, ENC_SELF, AttentionKind
 from lab.tasks.batches import Batch
 
 SHORT = {"pattern": "blocks.{}.attn.hook_pattern", "resid_pre": "blocks.{}.hook_resid_pre",
@@ -132,8 +133,8 @@ def run_with_cache(model: Transformer, batch: Batch,
     keepers = [(name, keep) for name in _sites(model)]
     with hooked(model, list(fwd_hooks)), hooked(model, keepers):  # the keepers run last: they see replacements
         out = model(batch.inp, batch.src, need_weights=True)
-    names = {"dec_self": "blocks.{}.attn.hook_pattern", "cross": "blocks.{}.cross_attn.hook_pattern",
-             "enc_self": "encoder.{}.attn.hook_pattern"}
+    names: dict[AttentionKind, str] = {DEC_SELF: "blocks.{}.attn.hook_pattern", CROSS: "blocks.{}.cross_attn.hook_pattern",
+                                       ENC_SELF: "encoder.{}.attn.hook_pattern"}
     for kind, stacked in out.attention.items():  # (layers, B, heads, Tq, Tk)
         for layer in range(stacked.shape[0]):
             cache[names[kind].format(layer)] = stacked[layer].float()
@@ -168,7 +169,7 @@ def _heads(heads: Any) -> tuple[HeadRef, ...]:
         elif isinstance(h, str):
             out.extend(parse_heads(h))
         elif isinstance(h, (tuple, list)) and len(h) == 2 and all(isinstance(x, int) for x in h):
-            out.append(HeadRef("dec_self", int(h[0]), int(h[1])))
+            out.append(HeadRef(DEC_SELF, int(h[0]), int(h[1])))
         else:
             raise ConfigError("Heads", f"{h!r} is not a head (allowed: (layer, head) or 'layer.head' like '1.0')")
     return tuple(sorted(set(out)))

@@ -19,7 +19,7 @@ import pandas as pd
 from lab.api.configs import make_config
 from lab.config import RECURRENT, ConfigError, RunConfig
 from lab.engine.store import RunStore
-from lab.records import EvalRecord, Record, StepRecord
+from lab.records import DEC_SELF, AttentionKind, EvalRecord, Record, StepRecord
 
 if TYPE_CHECKING:
     import torch
@@ -130,7 +130,7 @@ class Run:
         return list(self.probe(text).dec_labels)
 
     def attention(self, text: Optional[str] = None, step: Optional[int] = None,
-                  kind: str = "dec_self") -> np.ndarray:
+                  kind: AttentionKind = DEC_SELF) -> np.ndarray:
         """Attention patterns on `probe(text)`: an array (n_layers, n_heads, query, key), each row summing to 1.
         `step`: the weights kept at that snapshot instead of the final ones; `kind`: dec_self, or for an
         encoder-decoder enc_self or cross. Inside `hooks(...)` the hooked model is read."""
@@ -222,7 +222,7 @@ class Run:
             raise ValueError(f"split: task {self.config.task.name!r} has no {split!r} set")
         return result
 
-    def importance(self, mode: str = "zero", kind: str = "dec_self") -> pd.DataFrame:
+    def importance(self, mode: str = "zero", kind: AttentionKind = DEC_SELF) -> pd.DataFrame:
         """How much knocking out each head alone raises the held-out loss: a DataFrame, rows "layer L", columns
         "head H" (Inspect's importance map; `plot_importance` draws it)."""
         imp = self.importance_map(mode, kind)
@@ -230,7 +230,7 @@ class Run:
         return pd.DataFrame(rise, index=[f"layer {i}" for i in range(rise.shape[0])],
                             columns=[f"head {h}" for h in range(rise.shape[1])])
 
-    def importance_map(self, mode: str = "zero", kind: str = "dec_self") -> Any:
+    def importance_map(self, mode: str = "zero", kind: AttentionKind = DEC_SELF) -> Any:
         from lab.views.probing import importance_map
 
         return importance_map(self.model, self.config, kind, mode)

@@ -21,6 +21,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from lab.records import DEC_SELF
+
 SCORES = ("previous-token", "induction", "duplicate-token", "first-token", "self")
 PROBES = 16  # repeated random sequences the scores average over
 INDUCTION_FORMS = 0.4  # the induction preset's threshold: a head with a score above it reads as an induction head
@@ -97,7 +99,7 @@ def head_scores(model: Any, cfg: Any, step: int, seed: int = 0) -> HeadScores:
     tokens = torch.from_numpy(repeated_probe(model.vocab_size, half, seed=seed))
     with torch.no_grad():
         out = model(tokens, None, need_weights=True)
-    patterns = out.attention["dec_self"].float().numpy().transpose(1, 0, 2, 3, 4)  # (L, B, H, T, T) -> (B, L, H, T, T)
+    patterns = out.attention[DEC_SELF].float().numpy().transpose(1, 0, 2, 3, 4)  # (L, B, H, T, T) -> (B, L, H, T, T)
     return HeadScores(step, half, scores_of(patterns, half))
 
 

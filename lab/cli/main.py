@@ -30,7 +30,7 @@ from lab.cli import sweep as cli_sweep
 from lab.config import TASK_NAMES, ConfigError, RunConfig, declared_fields
 from lab.derived import LENGTHS, N_CTX, default_lengths, resolve, stated_in
 from lab.fields import FieldInfo
-from lab.records import Record, StepRecord
+from lab.records import EXACT_MATCH, Record, StepRecord
 from lab.textdata import short_form
 
 # Every declared config field has a flag (lab/fields.py: "--d-model" for model.d_model, "--task" for
@@ -277,7 +277,7 @@ def held_out_cell(store: Any, row: Mapping[str, Any]) -> str:
         return float(v) if isinstance(v, (int, float)) and math.isfinite(v) else None
 
     task = row.get("task.name")
-    keys = headline_metrics(task) if task in SHAPES and SHAPES[task].lm else ("exact_match",)
+    keys = headline_metrics(task) if task in SHAPES and SHAPES[task].lm else (EXACT_MATCH,)
     cell = ", ".join(f"{k.replace('_', ' ')} {v:.3f}" for k in keys if (v := num(k)) is not None)
     if cell and task == "text":
         try:

@@ -20,6 +20,7 @@ import json
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from lab.config import ConfigError, RunConfig
+from lab.records import ATTENTION_KINDS, DEC_SELF, EXACT_MATCH, LOSS, PREDICTABLE_ACC, TOKEN_ACC
 
 if TYPE_CHECKING:  # torch and the model load inside the commands: a bad flag is refused without them
     from lab.interventions import Interventions
@@ -51,8 +52,9 @@ def add_parsers(sub: Any) -> None:
                      help="give the positions a fixed random order")
     a.add_argument("--importance", action="store_true",
                    help="instead: the layers x heads map of each head knocked out alone")
-    a.add_argument("--kind", default="dec_self", help="which attention the map covers: dec_self (default), "
-                   "enc_self or cross (encoder-decoder)")
+    a.add_argument("--kind", default=DEC_SELF,
+                   help=f"which attention the map covers: {DEC_SELF} (default), or in an encoder-decoder "
+                        f"{' or '.join(k for k in ATTENTION_KINDS if k != DEC_SELF)}")
     a.add_argument("--step", type=int, default=None, metavar="S",
                    help="use the weights kept with the attention snapshot at step S (default: the final weights)")
     a.add_argument("--runs-dir", help="run store folder (default: $LAB_RUNS_DIR or runs/)")
@@ -152,8 +154,8 @@ def cmd_ablate(args: argparse.Namespace, store: Any) -> int:
 
 
 # the ablate table's columns: metric key, title, width
-_COLUMNS = (("loss", "loss", 9), ("token_acc", "token acc", 11), ("exact_match", "exact-match", 13),
-            ("predictable_acc", "acc (predictable)", 19))
+_COLUMNS = ((LOSS, "loss", 9), (TOKEN_ACC, "token acc", 11), (EXACT_MATCH, "exact-match", 13),
+            (PREDICTABLE_ACC, "acc (predictable)", 19))
 
 
 def _run_line(run_id: str, cfg: RunConfig) -> str:
@@ -165,18 +167,18 @@ def _importance(args: argparse.Namespace, cfg: RunConfig, model: "Transformer", 
     from lab.interventions import KIND_PREFIX
     from lab.views.probing import importance_map
 
-    kinds = list(KIND_PREFIX) if cfg.model.arch == "encoder-decoder" else ["dec_self"]
+    kinds = list(KIND_PREFIX) if cfg.model.arch == "encoder-decoder" else [DEC_SELF]
     if args.kind not in kinds:
         raise ConfigError("--kind", f"{args.kind!r} is not an attention of this run (allowed: {', '.join(kinds)})")
     imp = importance_map(model, cfg, kind=args.kind, mode=args.mode)
     ranked = [{"head": str(h), "loss_rise": rise} for h, rise in imp.ranked()]
     out = {"run_id": args.run_id, "step": step, "n": imp.n, "kind": imp.kind, "mode": imp.mode,
-           "intact": {"loss": imp.intact_loss, "exact_match": imp.intact_exact},
-           "loss": imp.loss.tolist(), "exact_match": imp.exact.tolist(), "ranked": ranked,
+           "intact": {LOSS: imp.intact_loss, EXACT_MATCH: imp.intact_exact},
+           LOSS: imp.loss.tolist(), EXACT_MATCH: imp.exact.tolist(), "ranked": ranked,
            "sentence": imp.sentence(step)}
     if imp.predictable is not None:  # induction
-        out["intact"]["predictable_acc"] = imp.intact_predictable
-        out["predictable_acc"] = imp.predictable.tolist()
+        out["intact"][PREDICTABLE_ACC] = imp.intact_predictable
+        out[PREDICTABLE_ACC] = imp.predictable.tolist()
     if args.json:
         print(json.dumps(out))
         return 0

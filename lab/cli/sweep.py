@@ -28,9 +28,10 @@ import pandas as pd
 
 from lab.config import ConfigError, RunConfig, flatten
 from lab.engine.grid import AXES, SWEEP_MAX_RUNS, build_grid, group_runs, parse_spec, spread
+from lab.records import EXACT_MATCH, LOSS
 
-METRICS = {"final.eval.loss": "eval loss", "final.eval.exact_match": "exact-match", "final.ood.loss": "ood loss",
-           "final.ood.exact_match": "ood exact-match"}
+METRICS = {f"final.eval.{LOSS}": "eval loss", f"final.eval.{EXACT_MATCH}": "exact-match",
+           f"final.ood.{LOSS}": "ood loss", f"final.ood.{EXACT_MATCH}": "ood exact-match"}
 POLL_S = 0.5
 
 
@@ -135,7 +136,7 @@ def _follow(jobs: Any, store: Any, ids: list[str], cfgs: list[RunConfig]) -> Non
             summary = store.summary(rid) or {}
             ev = summary.get("eval") or {}
             node = store.status(rid).get("ray_node")
-            said = (f"eval loss {ev['loss']:.3f}, exact-match {ev['exact_match']:.3f}" if ev else (st.error or ""))
+            said = (f"eval loss {ev[LOSS]:.3f}, exact-match {ev[EXACT_MATCH]:.3f}" if ev else (st.error or ""))
             sys.stderr.write(f"[{done}/{len(ids)}] {names[rid]}: {st.state} after {st.step} steps; {said}"
                              f"{f' (Ray node {node[:8]})' if node else ''}  {rid}\n")
         if left:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
 from lab.engine import continuation
 from lab.engine.store import LIVE_STATES, RunStore, now_iso
-from lab.records import Record, SnapshotRecord
+from lab.records import EXACT_MATCH, LOSS, PREDICTABLE_ACC, TOKEN_ACC, Record, SnapshotRecord
 
 if TYPE_CHECKING:
     from lab.trainer import TrainResult
@@ -55,15 +55,15 @@ def summary_of(result: TrainResult) -> dict[str, Any]:
     ev = result.final_eval
     evals = ood = train_set = None
     if ev is not None:
-        evals = {"loss": ev.loss, "token_acc": ev.token_acc, "exact_match": ev.exact_match}
+        evals = {LOSS: ev.loss, TOKEN_ACC: ev.token_acc, EXACT_MATCH: ev.exact_match}
         if ev.ood_loss is not None:
-            ood = {"loss": ev.ood_loss, "token_acc": ev.ood_token_acc, "exact_match": ev.ood_exact_match}
+            ood = {LOSS: ev.ood_loss, TOKEN_ACC: ev.ood_token_acc, EXACT_MATCH: ev.ood_exact_match}
         if ev.train_loss is not None:
-            train_set = {"loss": ev.train_loss, "token_acc": ev.train_token_acc, "exact_match": ev.train_exact_match}
+            train_set = {LOSS: ev.train_loss, TOKEN_ACC: ev.train_token_acc, EXACT_MATCH: ev.train_exact_match}
         if ev.predictable_acc is not None:
-            evals["predictable_acc"] = ev.predictable_acc
+            evals[PREDICTABLE_ACC] = ev.predictable_acc
             if train_set is not None:
-                train_set["predictable_acc"] = ev.train_predictable_acc
+                train_set[PREDICTABLE_ACC] = ev.train_predictable_acc
     return {
         "params": result.params, "steps": result.steps_done, "train_loss": result.final_train_loss,
         "eval": evals, "ood": ood, "train_set": train_set, "wall_s": result.wall_s,

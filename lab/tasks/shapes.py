@@ -20,6 +20,7 @@ from typing import Optional, Protocol
 
 import lab.textdata as textdata
 from lab.fields import ConfigError
+from lab.records import EXACT_MATCH, LOSS, PREDICTABLE_ACC, TOKEN_ACC, Metric
 
 
 class TaskConfig(Protocol):
@@ -46,7 +47,7 @@ class TaskShape:
     description = ""
     lm = False  # language-model tasks score positions of one sequence (decoder only)
     has_ood = True  # does a longer-than-training evaluation make sense?
-    headline: tuple[str, ...] = ("exact_match", "token_acc", "loss")  # see headline_metrics
+    headline: tuple[Metric, ...] = (EXACT_MATCH, TOKEN_ACC, LOSS)  # see headline_metrics
     # training lengths (min_len, max_len) a config of this task starts from; None: the fields' defaults (1, 8)
     default_lengths: Optional[tuple[int, int]] = None
     # the task config fields (besides name) this task reads; the app hides the others while it is chosen
@@ -141,7 +142,7 @@ class ModularAddition(TaskShape):
 
     name, description = "modular_addition", "Compute (a + b) mod p; most pairs are held out (grokking)."
     has_ood = False
-    headline = ("exact_match", "loss")  # one answer token: token accuracy is exact-match
+    headline = (EXACT_MATCH, LOSS)  # one answer token: token accuracy is exact-match
     reads = frozenset({"modulus", "train_fraction"})  # always `a b =`: no lengths, the alphabet is 0..p-1
 
     def n_symbols(self, cfg):
@@ -162,7 +163,7 @@ class ModularAddition(TaskShape):
 
 class Parity(TaskShape):
     name, description = "parity", "Is the number of 1s odd? One answer token."
-    headline = ("exact_match", "loss")
+    headline = (EXACT_MATCH, LOSS)
     reads = frozenset({"min_len", "max_len", "ood_len"})  # bits: no alphabet size
 
     def n_symbols(self, cfg):
@@ -192,7 +193,7 @@ class Induction(TaskShape):
 
     name, description = "induction", "Continue a repeated random segment (needs an induction head)."
     lm = True
-    headline = ("loss", "predictable_acc")  # exact-match needs the unpredictable first repeated token too
+    headline = (LOSS, PREDICTABLE_ACC)  # exact-match needs the unpredictable first repeated token too
     default_lengths = (8, 16)  # the fields' 1-8 is too short: a repeat needs room (min_len >= 4)
 
     def check(self, cfg, arch):
@@ -225,7 +226,7 @@ class Text(TaskShape):
     description = "Continue your text, one character at a time (empty box: the built-in text)."
     lm = True
     has_ood = False
-    headline = ("loss",)  # against loss_baselines: no window of a real text is predicted exactly
+    headline = (LOSS,)  # against loss_baselines: no window of a real text is predicted exactly
     default_lengths = (16, 16)  # windows of 16 characters: at least 2, and within the held-out tenth of any
     # valid text (200 characters or more: 20 held out)
     reads = frozenset({"min_len", "max_len", "text"})  # its alphabet is the text's characters
@@ -291,10 +292,10 @@ def readers(field: str) -> tuple[str, ...]:
     return tuple(name for name, shape in SHAPES.items() if field in shape.reads)
 
 
-def headline_metrics(name: str) -> tuple[str, ...]:
+def headline_metrics(name: str) -> tuple[Metric, ...]:
     """The evaluation metrics that mean something for task `name`, most telling first, as EvalRecord
-    columns of the held-out set at the training lengths ("loss", "token_acc", "exact_match",
-    "predictable_acc"); "train_" before one names the same measure on the training distribution, "ood_"
+    columns of the held-out set at the training lengths (lab/records.py Metric: loss, token_acc, exact_match,
+    predictable_acc); "train_" before one names the same measure on the training distribution, "ood_"
     before loss, token_acc or exact_match the held-out longer lengths. Sequence tasks: exact-match (a
     sequence right as a whole); one-token answers (modular addition, parity): exact-match and loss;
     induction: loss and the accuracy on the predictable positions (its exact-match counts the unpredictable

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from lab.interventions import head_name
+from lab.records import DEC_SELF
 from lab.views.probing import measured_on, median_ratio
 
 SHARE_NAMED = 0.5  # a layer-0 head with at least this share on the previous token is called a previous-token head
@@ -61,7 +62,7 @@ def knockout_sentence(result: dict[str, Any]) -> str:
     k = result.get("knockout") or {}
     if not k:
         return ""
-    share = previous_token_share((result.get("attention") or {}).get("dec_self"), k["layer"], k["index"])
+    share = previous_token_share((result.get("attention") or {}).get(DEC_SELF), k["layer"], k["index"])
     which = (f", which puts {100 * share:.0f}% of its attention on the previous token," if k["layer"] == 0
              and share is not None and share >= SHARE_NAMED else "")
     median = k["median_rise"]

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from lab.interventions import head_name
 from lab.teach import lesson_circuits, lesson_interventions, lessons
 from lab.params import COMPONENTS
+from lab.records import CROSS, DEC_SELF, ENC_SELF
 from lab.views.analysis import ProbeInput, positional_view
 from lab.config import ConfigError
 from lab.teach.lesson_pages import PAGE_KEYS
@@ -222,8 +223,8 @@ def softmax(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
 
 def heads(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     pats = lessons.patterns(s, probe)
-    kind = "enc_self" if "enc_self" in pats else "dec_self"
-    labels = probe.src_labels if kind == "enc_self" else probe.dec_labels
+    kind = ENC_SELF if ENC_SELF in pats else DEC_SELF
+    labels = probe.src_labels if kind == ENC_SELF else probe.dec_labels
     p = pats[kind]
     fig = attention_grid(p, labels, labels, KIND_TITLES[kind])
     entropy = -(p * np.log(np.clip(p, 1e-12, 1.0))).sum(-1).mean(-1)  # (L, H): mean over queries
@@ -296,8 +297,8 @@ def cross(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
         return _text(f"This task cannot run as an encoder-decoder ({exc}). Pick an encoder-decoder run, "
                      "e.g. from the Original encoder-decoder preset."), "No encoder-decoder for this task."
     probe = probe if ed is s else ed.probe()
-    p = lessons.patterns(ed, probe)["cross"]
-    fig = attention_grid(p, probe.dec_labels, probe.src_labels, KIND_TITLES["cross"])
+    p = lessons.patterns(ed, probe)[CROSS]
+    fig = attention_grid(p, probe.dec_labels, probe.src_labels, KIND_TITLES[CROSS])
     n = p.shape[-1]
     rows = min(p.shape[2], n)
     anti = (p[:, :, :rows].argmax(-1) == (n - 1 - np.arange(rows))).mean(-1)  # (L, H) rows on the anti-diagonal

@@ -14,6 +14,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from lab.interventions import HeadRef, Interventions, applied, head_name
+from lab.records import DEC_SELF
 from lab.teach import lessons
 from lab.views.analysis import ProbeInput
 from lab.views.probing import (MATTERS, greedy_answer, importance_map, knockout_summary, logit_lens, measured_on,
@@ -48,7 +49,7 @@ def interventions(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     model = s.model()
     imp = importance_map(model, cfg, n=N_HELD_OUT)  # the function, and the data, Inspect's map uses
     top = knockout_summary(imp)
-    knock = Interventions(heads=(HeadRef("dec_self", top["layer"], top["index"]),))
+    knock = Interventions(heads=(HeadRef(DEC_SELF, top["layer"], top["index"]),))
     intact = greedy_answer(model, cfg, probe.batch)
     with applied(model, knock):
         ablated = greedy_answer(model, cfg, probe.batch)

@@ -21,6 +21,7 @@ import math
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from lab.tasks.shapes import TaskConfig, headline_metrics, loss_baselines
+from lab.records import EXACT_MATCH, LOSS, PREDICTABLE_ACC, TOKEN_ACC
 
 
 def _pct(x: float) -> str:
@@ -54,25 +55,25 @@ def baselines_clause(cfg: TaskConfig, loss: float) -> str:
 
 def headline_sentence(cfg: TaskConfig, metrics: Mapping[str, Any], where: str = "held-out") -> str:
     """One sentence on the metrics that mean something for the task (lab.tasks.shapes.headline_metrics), from a
-    dict with "loss", "exact_match", "token_acc" (and "predictable_acc" for induction) measured on `where`
+    dict with LOSS, EXACT_MATCH, TOKEN_ACC (and PREDICTABLE_ACC for induction; lab/records.py) measured on `where`
     ("held-out", "training"): 'Held-out loss 1.52 nats a character, below the unigram baseline ...'."""
     head, lead = headline_metrics(cfg.name), where[:1].upper() + where[1:]
-    loss = _finite(metrics.get("loss"))
-    if head[0] == "loss":
+    loss = _finite(metrics.get(LOSS))
+    if head[0] == LOSS:
         if loss is None:
             return ""
         text = f"{lead} loss {loss:.2f} nats a {unit(cfg)}, {baselines_clause(cfg, loss)}"
-        acc = _finite(metrics.get("predictable_acc"))
-        if "predictable_acc" in head and acc is not None:
+        acc = _finite(metrics.get(PREDICTABLE_ACC))
+        if PREDICTABLE_ACC in head and acc is not None:
             text += (f"; {_pct(acc)} right on the predictable positions (each repeat after its first token, "
                      "which nothing predicts)")
         return text + "."
-    em = _finite(metrics.get("exact_match"))
+    em = _finite(metrics.get(EXACT_MATCH))
     if em is None:
         return ""
     text = f"{lead} exact-match {_pct(em)} (whole answers right)"
-    acc = _finite(metrics.get("token_acc"))
-    if "token_acc" in head and acc is not None:
+    acc = _finite(metrics.get(TOKEN_ACC))
+    if TOKEN_ACC in head and acc is not None:
         text += f", token accuracy {_pct(acc)}"
     return text + (f", loss {loss:.2f} nats a {unit(cfg)}." if loss is not None else ".")
 
@@ -85,7 +86,7 @@ def overfitting_sentence(cfg: TaskConfig, evals: Sequence[Mapping[str, Any]]) ->
     base = loss_baselines(cfg).unigram
     if base is None:  # the text task only
         return ""
-    points = [(int(e["step"]), v) for e in evals if (v := _finite(e.get("loss"))) is not None and "step" in e]
+    points = [(int(e["step"]), v) for e in evals if (v := _finite(e.get(LOSS))) is not None and "step" in e]
     if not points:
         return ""
     step, last = points[-1]

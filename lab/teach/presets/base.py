@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from lab.config import RunConfig
+from lab.records import LOSS, Metric
 from lab.views.curves import CURVES
 
 Results = dict[str, dict[str, Any]]  # run name -> summary dict (lab.engine.jobs.summary_of)
@@ -58,11 +59,11 @@ def measured(summary: dict[str, Any], evals: Optional[list[dict[str, Any]]] = No
             "knockout": knockout or {}, "distance": distance or {}, "heads": heads or {}, "fourier": fourier or {}}
 
 
-def _ev(r: Results, name: str, key: str = "loss") -> float:
+def _ev(r: Results, name: str, key: Metric = LOSS) -> float:
     return float(r[name]["eval"][key])
 
 
-def _ood(r: Results, name: str, key: str = "loss") -> float:
+def _ood(r: Results, name: str, key: Metric = LOSS) -> float:
     return float((r[name].get("ood") or {}).get(key, math.nan))
 
 

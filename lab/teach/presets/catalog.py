@@ -14,6 +14,7 @@ from typing import Any, Callable, Optional
 
 from lab.config import ModelConfig, TaskConfig, TrainConfig
 from lab.derived import run_config  # n_ctx: the task's longest sequence, as the app and the CLI derive it
+from lab.records import EXACT_MATCH, LOSS
 from lab.teach.presets import stability
 from lab.teach.attention_measures import anti_diagonal_words, knockout_sentence
 from lab.teach.loss_reading import first_step, held_from
@@ -40,9 +41,9 @@ SORT = run_config(
 
 
 def _explain_sort(r: Results) -> str:
-    em, loss = _ev(r, "sort", "exact_match"), _ev(r, "sort")
+    em, loss = _ev(r, "sort", EXACT_MATCH), _ev(r, "sort")
     if em >= SOLVED:
-        step = held_from(r["sort"], "exact_match", lambda v: v >= SOLVED)
+        step = held_from(r["sort"], EXACT_MATCH, lambda v: v >= SOLVED)
         when = (f"Solved by step {step} of {SORT.train.steps} (held-out exact-match at or above {SOLVED:.1%} from "
                 "that evaluation on)" if step else "Solved")
         return (f"{when}: every held-out sequence came back sorted (exact-match {_pct(em)}, loss {_n(loss)}). "
@@ -84,7 +85,7 @@ def _explain_induction(r: Results) -> str:
     chance = f"guessing costs ln {n} = {math.log(n):.2f}"
     on = measured_on(INDUCTION.train.eval_samples, r["2 layers"].get("steps") or INDUCTION.train.steps)
     if two < 0.5 * one:
-        step = held_from(r["2 layers"], "loss", lambda v: v < 0.5 * one)  # "from step N on"
+        step = held_from(r["2 layers"], LOSS, lambda v: v < 0.5 * one)  # "from step N on"
         when = f" (below half the 1-layer loss from step {step} of {INDUCTION.train.steps} on)" if step else ""
         return (f"The 2-layer model's held-out loss on the repeated part fell to {_n(two)} on {on}{when}; the "
                 f"1-layer model's stayed at {_n(one)} ({chance}). Copying a repeat at a random offset needs an "
@@ -164,9 +165,9 @@ def _explain_beyond(r: Results) -> str:
     def mean(pe: str, f: Callable[[str], float]) -> float:
         return sum(f(f"{pe} seed {s}") for s in SEEDS) / len(SEEDS)
 
-    in_em = {pe: mean(pe, lambda n: _ev(r, n, "exact_match")) for pe in PES}
-    out_em = max(_ood(r, f"{pe} seed {s}", "exact_match") for pe in PES for s in SEEDS)
-    spread = max(abs(_ev(r, f"{pe} seed {SEEDS[0]}", "exact_match") - _ev(r, f"{pe} seed {SEEDS[1]}", "exact_match"))
+    in_em = {pe: mean(pe, lambda n: _ev(r, n, EXACT_MATCH)) for pe in PES}
+    out_em = max(_ood(r, f"{pe} seed {s}", EXACT_MATCH) for pe in PES for s in SEEDS)
+    spread = max(abs(_ev(r, f"{pe} seed {SEEDS[0]}", EXACT_MATCH) - _ev(r, f"{pe} seed {SEEDS[1]}", EXACT_MATCH))
                  for pe in PES)
     best = max(PES, key=lambda pe: in_em[pe])
     ood_loss = {pe: mean(pe, lambda n: _ood(r, n)) for pe in PES}
@@ -192,7 +193,7 @@ ENCDEC = run_config(
 
 
 def _explain_encdec(r: Results) -> str:
-    em, ood = _ev(r, "encoder-decoder", "exact_match"), _ood(r, "encoder-decoder", "exact_match")
+    em, ood = _ev(r, "encoder-decoder", EXACT_MATCH), _ood(r, "encoder-decoder", EXACT_MATCH)
     if em >= 0.99:
         beyond = (f"Past length 8 it manages only {_pct(ood)}: positions it never trained on do not line up."
                   if ood < 0.5 else f"Past length 8 it still gets {_pct(ood)} right.")
@@ -226,9 +227,9 @@ def fourier_sentence(f: Optional[dict[str, Any]]) -> str:
 
 
 def _explain_grok(r: Results) -> str:
-    wd, no = _ev(r, "weight decay 1.0", "exact_match"), _ev(r, "weight decay 0", "exact_match")
+    wd, no = _ev(r, "weight decay 1.0", EXACT_MATCH), _ev(r, "weight decay 0", EXACT_MATCH)
     tl_wd, tl_no = r["weight decay 1.0"]["train_loss"], r["weight decay 0"]["train_loss"]
-    acc = [(r[n].get("train_set") or {}).get("exact_match") for n in ("weight decay 1.0", "weight decay 0")]
+    acc = [(r[n].get("train_set") or {}).get(EXACT_MATCH) for n in ("weight decay 1.0", "weight decay 0")]
     if None not in acc:  # accuracy on the training pairs, measured at each evaluation
         fitted = "Both fitted their training pairs" if min(acc) >= 0.95 else "Training accuracy ended"
         said = f"accuracy on the training pairs {_pct(acc[0])} with weight decay, {_pct(acc[1])} without"
@@ -237,13 +238,13 @@ def _explain_grok(r: Results) -> str:
         said = f"final training loss {_n(tl_wd)} with weight decay, {_n(tl_no)} without"
     fit = (f"{fitted} ({said}); on the unseen pairs, test accuracy ended at {_pct(wd)} with weight decay and "
            f"{_pct(no)} without. ")
-    jump = first_step(r["weight decay 1.0"], "exact_match", lambda v: v >= 0.9)
+    jump = first_step(r["weight decay 1.0"], EXACT_MATCH, lambda v: v >= 0.9)
     spectrum = fourier_sentence(r["weight decay 1.0"].get("fourier"))
-    seen = next((e for e in r["weight decay 1.0"].get("evals") or () if (e.get("train_exact_match") or 0) >= 0.95), {})
+    seen = next((e for e in r["weight decay 1.0"].get("evals") or () if (e.get(f"train_{EXACT_MATCH}") or 0) >= 0.95), {})
     memorised = seen.get("step")  # training accuracy first at 95% or more (test accuracy then: seen's exact_match)
     fitted_at = next((s for s, loss in r["weight decay 1.0"].get("train") or () if loss < 0.3), None)
-    since = (f"training accuracy reached {_pct(seen['train_exact_match'])} (step {memorised}, test accuracy then "
-             f"{_pct(seen['exact_match'])})" if memorised else f"training loss fell below 0.3 (step {fitted_at})")
+    since = (f"training accuracy reached {_pct(seen[f'train_{EXACT_MATCH}'])} (step {memorised}, test accuracy then "
+             f"{_pct(seen[EXACT_MATCH])})" if memorised else f"training loss fell below 0.3 (step {fitted_at})")
     if wd > 0.9 and no < 0.6 and jump and (memorised or fitted_at):
         fit += (f"With weight decay, test accuracy passed 90% at step {jump}, "
                 f"{max(0, jump - (memorised or fitted_at))} steps after {since}. ")

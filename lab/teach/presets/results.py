@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from lab.engine.store import RunStore
 from lab.engine.storefs import DamagedRunError, RunNotFoundError
+from lab.records import EXACT_MATCH, LOSS
 from lab.teach.distance import accuracy_by_distance
 from lab.teach.presets.base import Preset, measured
 from lab.views.analysis import load_model
@@ -23,8 +24,8 @@ _MEASURES: dict[tuple[str, str, str], dict] = {}  # (store root, run id, measure
 
 
 def eval_points(store: RunStore, run_id: str, column: str) -> list[tuple[int, float]]:
-    """(step, value) of one column of the run's held-out evaluations ("loss", "exact_match",
-    "train_exact_match"...), oldest first; values not measured (NaN) left out."""
+    """(step, value) of one column of the run's held-out evaluations (a Metric of lab/records.py, or one with
+    "train_" or "ood_" before it), oldest first; values not measured (NaN) left out."""
     m = store.metrics(run_id)
     evals = m[m["kind"] == "eval"] if len(m) else m
     return sorted((int(s), float(v)) for s, v in zip(evals.get("step", []), evals.get(column, [])) if v == v)
@@ -36,7 +37,7 @@ def run_history(store: RunStore, run_id: str) -> tuple[list, list[tuple[int, flo
     quotes."""
     from lab.circuits.head_roles import scores_over_training
 
-    return scores_over_training(store, run_id), eval_points(store, run_id, "loss")
+    return scores_over_training(store, run_id), eval_points(store, run_id, LOSS)
 
 
 def induction_forming(store: RunStore, run_id: str) -> dict[str, Any]:
@@ -62,8 +63,8 @@ def fourier_forming(store: RunStore, run_id: str) -> dict[str, Any]:
     more, held-out still below 50%), the first one after the jump and at the end."""
     from lab.circuits.fourier import around_jump, spectra_over_training
 
-    held_out = eval_points(store, run_id, "exact_match")
-    memorised = next((s for s, v in eval_points(store, run_id, "train_exact_match") if v >= 0.95), None)
+    held_out = eval_points(store, run_id, EXACT_MATCH)
+    memorised = next((s for s, v in eval_points(store, run_id, f"train_{EXACT_MATCH}") if v >= 0.95), None)
     return around_jump(spectra_over_training(store, run_id), held_out, memorised)
 
 

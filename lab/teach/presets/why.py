@@ -10,6 +10,7 @@ from typing import Optional
 
 from lab.config import ModelConfig, TaskConfig, TrainConfig
 from lab.derived import run_config  # n_ctx: the task's longest sequence, as the app and the CLI derive it
+from lab.records import EXACT_MATCH
 from lab.teach import length_scan
 from lab.teach.distance import near_and_far
 from lab.teach.loss_reading import held_from
@@ -31,14 +32,14 @@ RECUR_RUNS = ("Transformer", "LSTM")
 
 def _solved_at(run: dict) -> tuple[Optional[int], Optional[float]]:
     """(step, seconds) from which held-out exact-match stayed at or above SOLVED, or (None, None)."""
-    step = held_from(run, "exact_match", lambda v: v >= SOLVED)
+    step = held_from(run, EXACT_MATCH, lambda v: v >= SOLVED)
     at = next((e for e in run.get("evals") or () if e.get("step") == step), {})
     return step, at.get("elapsed_s")
 
 
 def _explain_recurrence(r: Results) -> str:
     t, lstm = (r[n] for n in RECUR_RUNS)
-    em_t, em_l = _ev(r, "Transformer", "exact_match"), _ev(r, "LSTM", "exact_match")
+    em_t, em_l = _ev(r, "Transformer", EXACT_MATCH), _ev(r, "LSTM", EXACT_MATCH)
     step, secs = _solved_at(t)
     size = f"{t.get('params', 0):,} and {lstm.get('params', 0):,} parameters"
     speed = ""
@@ -104,7 +105,7 @@ SCALING_RUNS = ("scaled by 1/sqrt(d_k)", "scaling removed")
 
 def _explain_scaling(r: Results) -> str:
     scaled, raw = (_ev(r, n) for n in SCALING_RUNS)
-    em_s, em_r = (_ev(r, n, "exact_match") for n in SCALING_RUNS)
+    em_s, em_r = (_ev(r, n, EXACT_MATCH) for n in SCALING_RUNS)
     steps = r[SCALING_RUNS[0]].get("steps") or SCALING.train.steps
     head = (f"With one head of d_k = 128, held-out loss after {steps} steps: {_n(scaled)} with the "
             f"scaling (exact-match {_pct(em_s)}), {_n(raw)} without ({_pct(em_r)}). ")
