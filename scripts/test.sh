@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Install everything the tests need, lint, then run the whole suite.
-#   bash scripts/test.sh                  # everything (about 56 minutes on 2 CPU cores)
-#   bash scripts/test.sh -m "not slow"    # the fast unit tests only (about 5 minutes)
+# Install everything the tests need, lint, then run the whole suite on both cores.
+#   bash scripts/test.sh                  # every tier
+#   bash scripts/test.sh -m unit          # one tier: unit, app, browser or science (tests/conftest.py)
+#   bash scripts/check.sh                 # before every commit: the linter and the unit tier, nothing installed
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
@@ -18,4 +19,6 @@ fi
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1
 # the linter first (ruff.toml: syntax errors, unused or undefined names, likely bugs): seconds, and it names the line
 python -m ruff check --quiet .
-exec python -m pytest "$@"
+# two workers (pytest-xdist), each module on one worker: the modules' own app servers and trainings stay
+# shared by their tests
+exec python -m pytest -n 2 --dist loadfile "$@"

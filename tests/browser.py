@@ -6,6 +6,7 @@ Nothing here skips: without Playwright or Chromium a test fails and says what to
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import time
@@ -44,23 +45,68 @@ CURVES = """(sel) => { const g = document.querySelector(sel + ' .js-plotly-plot'
     return g && g.data ? g.data.map(t => ({name: t.name, points: Array.from(t.x || []).length})) : []; }"""
 
 
+class _Session:
+    """One Playwright and one headless Chromium for the test process (a worker of `-n 2` has its own),
+    launched at the first browser test and closed when the process exits: each test opens its own
+    contexts (own cookies and localStorage), which close when its `with chromium()` ends."""
+
+    playwright = None
+    browser = None
+
+    @classmethod
+    def browser_now(cls):
+        if cls.browser is None or not cls.browser.is_connected():
+            try:
+                from playwright.sync_api import sync_playwright
+            except ImportError:  # pragma: no cover
+                pytest.fail("the browser tests need Playwright for Python: pip install playwright (no browser "
+                            "download: they drive Debian's Chromium)")
+            if not os.access(CHROMIUM, os.X_OK):
+                pytest.fail(f"the browser tests need Chromium at {CHROMIUM}: apt-get install chromium "
+                            "(or set LAB_CHROMIUM to its path)")
+            if cls.playwright is None:
+                cls.playwright = sync_playwright().start()
+                atexit.register(cls.close)
+            cls.browser = cls.playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        return cls.browser
+
+    @classmethod
+    def close(cls) -> None:
+        if cls.browser is not None:
+            cls.browser.close()
+        if cls.playwright is not None:
+            cls.playwright.stop()
+        cls.browser = cls.playwright = None
+
+
+class _Contexts:
+    """The shared Chromium as a test sees it: `new_context` opens a context that `close` closes again."""
+
+    def __init__(self, browser) -> None:
+        self._browser, self._opened = browser, []
+
+    def new_context(self, **kwargs):
+        context = self._browser.new_context(**kwargs)
+        self._opened.append(context)
+        return context
+
+    def close(self) -> None:
+        while self._opened:
+            try:
+                self._opened.pop().close()
+            except Exception:  # noqa: BLE001 - a context the test closed itself, or a crashed page
+                pass
+
+
 @contextmanager
 def chromium() -> Iterator:
-    """A launched headless Chromium (Playwright's Browser), closed at the end."""
+    """Headless Chromium for one test: the process's shared browser (launched once), with the contexts
+    the test opens closed at the end."""
+    contexts = _Contexts(_Session.browser_now())
     try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:  # pragma: no cover
-        pytest.fail("the browser tests need Playwright for Python: pip install playwright (no browser download: "
-                    "they drive Debian's Chromium)")
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"the browser tests need Chromium at {CHROMIUM}: apt-get install chromium "
-                    "(or set LAB_CHROMIUM to its path)")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+        yield contexts
+    finally:
+        contexts.close()
 
 
 def open_page(browser, url: str, wait_ms: int = WAIT_MS, *, viewport: dict = VIEWPORT, watch: str = WATCH_ERRORS,

@@ -1,5 +1,14 @@
-"""Shared fixtures: the real app launched in a subprocess (`python app.py`) on a free port, and torch
-held to one intra-op thread for a test module.
+"""The test tiers, and the shared fixtures: the real app launched in a subprocess (`python app.py`) on a
+free port, and torch held to one intra-op thread for a test module.
+
+Every test belongs to one tier, by its marker (pytest.ini), so `pytest -m TIER` runs a tier:
+    unit     no server, no browser, no subprocess app, no full-size training (the default: unmarked tests)
+    app      the real app in a subprocess (gradio_client, HTTP), the command line, notebooks, installs
+    browser  Chromium driving the real app
+    science  full-size trainings that check the papers' results
+A unit test that starts the app fails at once, naming the marker it needs. Modules are ordered
+science, browser, app, unit, so that with `-n 2` (pytest-xdist, one module per worker at a time) the
+longest start first and the short ones fill the end.
 
 The plain helpers they are built on (launch_app, app_context, tiny_config...) are in tests/helpers.py and
 the browser helpers in tests/browser.py; test modules import those, never one another.
@@ -10,12 +19,78 @@ from typing import Iterator
 
 import pytest
 
+from tests import helpers
 from tests.helpers import AppServer, launch_app
+
+TIERS = ("science", "browser", "app", "unit")  # the order modules run in: longest first
+
+
+def tier_of(item: pytest.Item) -> str:
+    """The item's one tier marker (unmarked: unit); two tier markers are an error."""
+    marked = [t for t in TIERS if item.get_closest_marker(t) is not None]
+    if len(marked) > 1:
+        raise pytest.UsageError(f"{item.nodeid}: one tier marker per test, not {marked}")
+    return marked[0] if marked else "unit"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each unmarked test `unit`, and order the modules by tier (a stable sort keeps each module's
+    tests together and in their written order)."""
+    for item in items:
+        if tier_of(item) == "unit" and item.get_closest_marker("unit") is None:
+            item.add_marker(pytest.mark.unit)
+    rank = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        rank[module] = min(rank.get(module, len(TIERS)), TIERS.index(tier_of(item)))
+    items.sort(key=lambda it: rank[it.nodeid.split("::")[0]])
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """While a unit test is set up (its module's fixtures too) and runs, starting the app fails with the
+    marker to use instead (tests/helpers.py launch_app)."""
+    helpers.RUNNING_TIER = tier_of(item)
+
+
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    helpers.RUNNING_TIER = None
+
+
+def _unit_may_not_start(what: str) -> None:
+    if helpers.RUNNING_TIER == "unit":
+        raise RuntimeError(f"a unit test started {what}: mark the test pytest.mark.app (tests/conftest.py, the tiers)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A unit test runs in this one process: starting a program or a worker process in one fails, naming
+    the marker to use. Each pytest-xdist worker shares the 2 cores with the other: torch at one intra-op
+    thread in it."""
+    import multiprocessing.process
+    import os
+    import subprocess
+
+    execute_child, start = subprocess.Popen._execute_child, multiprocessing.process.BaseProcess.start
+
+    def guarded_execute_child(self, args, *rest, **kwargs):  # type: ignore[no-untyped-def]
+        _unit_may_not_start(f"a program ({args if isinstance(args, str) else ' '.join(map(str, args))[:80]})")
+        return execute_child(self, args, *rest, **kwargs)
+
+    def guarded_start(self):  # type: ignore[no-untyped-def]
+        _unit_may_not_start("a worker process")
+        return start(self)
+
+    subprocess.Popen._execute_child = guarded_execute_child  # type: ignore[method-assign]
+    multiprocessing.process.BaseProcess.start = guarded_start  # type: ignore[method-assign]
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
 def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
-    """One launched app shared by the gradio_client tests."""
+    """One launched app shared by the session's tests that need no store of their own: the gradio_client
+    tests and the browser tests that read only what they did (with `-n 2`, one per worker)."""
     with launch_app(tmp_path_factory.mktemp("app")) as server:
         yield server
 
@@ -30,8 +105,9 @@ def client(app_server: AppServer):
 
 @pytest.fixture(scope="module")
 def browser_app(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
-    """A launched app of the requesting test module's own, with an empty store (its tests count the
-    runs they create, or take screenshots that show only their runs)."""
+    """A launched app of the requesting test module's own, with an empty store, for modules whose tests
+    count the runs they create, take screenshots that show only their runs, or need an idle server
+    (the others share `app_server`)."""
     with launch_app(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])) as server:
         yield server
 
@@ -41,7 +117,7 @@ def one_thread() -> Iterator[None]:
     """Torch at one intra-op thread for the module that asks for it (`pytestmark =
     pytest.mark.usefixtures("one_thread")`), restored after its last test. Tiny models are per-op
     overhead bound: two intra-op threads on a busy 2-core machine run them ~4x slower than one
-    (docs/SCIENCE.md, thread oversubscription)."""
+    (benchmarks/RESULTS.md, thread oversubscription)."""
     import torch
 
     before = torch.get_num_threads()

@@ -14,7 +14,7 @@ import pytest
 from tests.helpers import INVALID, INVALID_IDS, LABELS, WAIT_S, compare, compare_api, poll, \
     poll_until_done, start
 
-pytestmark = pytest.mark.slow  # launches the app in a subprocess
+pytestmark = pytest.mark.app  # launches the app in a subprocess
 def test_start_poll_then_compare_and_inspect(client, app_server):
     run_id = start(client)
     assert run_id in app_server.run_folders()

@@ -11,7 +11,7 @@ from gradio_client import Client
 
 from tests.helpers import compare, launch_app, poll_until_done, start
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.app  # the real app in a subprocess (tests/conftest.py, the tiers)
 
 
 def test_finished_runs_come_back_after_the_disk_is_wiped(tmp_path):

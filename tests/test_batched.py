@@ -106,7 +106,7 @@ def test_batch_key():
         train_batched([BASE, replace(BASE, model=replace(BASE.model, pos="rope"))])
 
 
-@pytest.mark.parametrize("mode", ["thread", pytest.param("process", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("mode", ["thread", pytest.param("process", marks=pytest.mark.app)])
 def test_submit_many_stores_batched_runs_like_solo_runs(tmp_path: Path, monkeypatch, mode):
     monkeypatch.setenv("LAB_BATCH_SEEDS", "on")
     store = RunStore(tmp_path / "runs")

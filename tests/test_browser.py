@@ -12,7 +12,7 @@ import pytest
 from tests.browser import LEGEND, SHOTS, WAIT_MS, assert_no_errors, choose, chromium, curve_names, fill, \
     open_page, shoot, wait_curves, wait_finished, wait_lines
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser  # Chromium driving the real app (tests/conftest.py, the tiers)
 STEPS = 400
 
 

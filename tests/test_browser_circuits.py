@@ -22,7 +22,7 @@ from lab.views.run_labels import short_label
 from tests.browser import SHOTS, assert_no_errors, choose, chromium, open_page, shoot
 from tests.helpers import lab, launch_app, trained_run
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser  # Chromium driving the real app (tests/conftest.py, the tiers)
 
 WAIT_MS = 180_000  # a shared 2-core host
 REVERSE = run_config(model=ModelConfig(n_layers=1, n_heads=2, d_model=32, d_ff=64),

@@ -18,7 +18,7 @@ from lab.teach.presets.catalog import PRESETS
 from tests.browser import assert_no_errors, chromium, fill, open_page, shoot, wait_curves
 from tests.helpers import launch_app, preset_bundle
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser  # Chromium driving the real app (tests/conftest.py, the tiers)
 
 WAIT_MS = 180_000
 

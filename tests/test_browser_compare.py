@@ -15,7 +15,7 @@ import pytest
 from tests.browser import assert_no_errors, choose, chromium, curve_names, fill, open_page, shoot, wait_curves, \
     wait_finished
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser  # Chromium driving the real app (tests/conftest.py, the tiers)
 WAIT_MS = 300_000  # a shared 2-core host: three runs train while the page polls
 STEPS = 300
 LIVE = re.compile(r"\b(queued|running)\b")

@@ -9,7 +9,7 @@ import pytest
 
 from tests.browser import CURVES, assert_no_errors, chromium, fill, open_page, shoot, wait_curves, wait_finished
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser  # Chromium driving the real app (tests/conftest.py, the tiers)
 WAIT_MS = 150_000
 def test_a_completed_run_trains_200_more_steps_and_its_curve_extends(browser_app):
     from playwright.sync_api import expect

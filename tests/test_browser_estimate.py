@@ -13,7 +13,7 @@ import pytest
 
 from tests.browser import assert_no_errors, chromium, open_page
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser  # Chromium driving the real app (tests/conftest.py, the tiers)
 WAIT_MS = 150_000  # a shared 2-core host
 LONG = {"task": "reverse", "steps": 50_000}  # trains far longer than the test
 

@@ -23,7 +23,7 @@ from tests.browser import assert_no_errors, choose, chromium, curve_names, fill,
 from tests.helpers import AppServer, poll_until_done, start
 from lab.records import EXACT_MATCH
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser  # Chromium driving the real app (tests/conftest.py, the tiers)
 WAIT_MS = 150_000  # a shared 2-core host
 GROUPS = ["rope pre-LN (2 seeds)", "rope post-LN (2 seeds)", "alibi pre-LN (2 seeds)", "alibi post-LN (2 seeds)"]
 

@@ -17,7 +17,7 @@ import pytest
 from tests.browser import assert_no_errors, choose, chromium, fill, open_page, wait_finished
 from ui.compare.tab import LIVE_POLL_S
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser  # Chromium driving the real app (tests/conftest.py, the tiers)
 WAIT_MS = 180_000
 QUIET_S = 10
 

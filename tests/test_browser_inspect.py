@@ -161,7 +161,7 @@ def wait_src(page, sel: str, expected: str) -> None:
                            polling=250)
 
 
-@pytest.mark.slow
+@pytest.mark.browser
 def test_the_pca_on_screen_is_the_picked_runs_in_chromium(inspect_app):
     """Item 1: pick run after run in A; each time the PCA on screen is exactly the picture the server
     draws for that run (before: the previous run's points and legend under the new run's axes)."""
@@ -192,7 +192,7 @@ def test_the_pca_on_screen_is_the_picked_runs_in_chromium(inspect_app):
         assert_no_errors(page)
 
 
-@pytest.mark.slow
+@pytest.mark.browser
 def test_a_bad_typed_input_is_answered_beside_the_box_in_chromium(inspect_app):
     """Item 4: picking "typed" before typing is no error; a bad input gets a message naming the box
     just below it, the heatmaps stay; fixing the input removes the message; the slider says "final weights"."""
@@ -241,7 +241,7 @@ def test_a_bad_typed_input_is_answered_beside_the_box_in_chromium(inspect_app):
         assert_no_errors(page)
 
 
-@pytest.mark.slow
+@pytest.mark.browser
 def test_the_inspect_tab_at_a_phones_width(inspect_app, tmp_path):
     """Item 11: at 390x844 nothing is wider than the screen, each control gets a usable width, and each
     side's picker sits above its own figures."""

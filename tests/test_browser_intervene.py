@@ -17,7 +17,7 @@ from lab.teach.presets.catalog import INDUCTION
 from tests.browser import SHOTS, assert_no_errors, chromium, open_page, shoot
 from tests.helpers import app_with_run
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser  # Chromium driving the real app (tests/conftest.py, the tiers)
 
 WAIT_MS = 180_000  # a shared 2-core host
 TYPED = "5 9 2 7 5 9 2 7 5 9"  # a repeat: an induction head predicts the second half

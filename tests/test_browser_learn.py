@@ -13,7 +13,7 @@ from lab.teach.lesson_pages import PAGES
 from tests.helpers import app_with_run
 from tests.browser import SHOTS, assert_no_errors, choose, chromium, open_page, shoot
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser  # Chromium driving the real app (tests/conftest.py, the tiers)
 WAIT_MS = 60_000  # one picture on a busy 2-core host
 RUN = RunConfig(model=ModelConfig(arch="encoder-decoder", n_layers=2, n_heads=2, d_model=32, d_ff=64, n_ctx=16),
                 task=TaskConfig(name="reverse", max_len=6),

@@ -7,7 +7,7 @@ import pytest
 
 from tests.browser import SHOTS, WAIT_MS, assert_no_errors, chromium, open_page, shoot, wait_finished
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser  # Chromium driving the real app (tests/conftest.py, the tiers)
 PHONE = {"width": 390, "height": 844}
 TABS = ("Train", "Presets", "Compare", "Inspect", "Learn")
 SMALL = {"task": "reverse", "n_layers": 1, "n_heads": 2, "d_model": 32, "d_ff": 64, "steps": 300}

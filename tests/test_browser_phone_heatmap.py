@@ -17,7 +17,7 @@ from tests.browser import assert_no_errors, chromium, open_page, shoot
 from tests.helpers import app_with_run
 from lab.records import CROSS, DEC_SELF, ENC_SELF
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser  # Chromium driving the real app (tests/conftest.py, the tiers)
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1400, "height": 900}
 KINDS = (ENC_SELF, DEC_SELF, CROSS)  # an encoder-decoder run draws all three

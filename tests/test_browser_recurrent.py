@@ -9,20 +9,20 @@ import pytest
 
 from tests.browser import WAIT_MS, assert_no_errors, choose, chromium, fill, open_page, wait_finished
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser  # Chromium driving the real app (tests/conftest.py, the tiers)
 STEPS = 150
 
 
-def test_an_lstm_trains_from_start_and_inspect_says_it_has_no_attention(browser_app):
+def test_an_lstm_trains_from_start_and_inspect_says_it_has_no_attention(app_server):
     from playwright.sync_api import expect
 
     with chromium() as browser:
-        page = open_page(browser, browser_app.url)
+        page = open_page(browser, app_server.url)
         fill(page, "#steps", str(STEPS))
         page.locator("#start-btn").click()  # first a Transformer of the default architecture
         page.wait_for_function("() => document.querySelector('#run-pick input').value", polling=250)
         transformer = page.locator("#run-pick input").input_value()
-        wait_finished(page, browser_app, [transformer], WAIT_MS)
+        wait_finished(page, app_server, [transformer], WAIT_MS)
         page.locator("#arch").get_by_label("lstm", exact=True).check()
         expect(page.locator("#config-summary")).to_contain_text("A recurrent model (LSTM)")
         page.locator("#start-btn").click()
@@ -30,7 +30,7 @@ def test_an_lstm_trains_from_start_and_inspect_says_it_has_no_attention(browser_
                                " return v && v !== prev; }", arg=transformer, polling=250)
         run_id = page.locator("#run-pick input").input_value()
         assert "-lstm-" in run_id
-        wait_finished(page, browser_app, [run_id], WAIT_MS)
+        wait_finished(page, app_server, [run_id], WAIT_MS)
         page.locator("#progress").get_by_text("Completed").wait_for()
         assert f"after {STEPS} steps" in page.locator("#progress").inner_text()
 

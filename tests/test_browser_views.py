@@ -19,7 +19,7 @@ from tests.browser import assert_no_errors, chromium, open_page
 from tests.helpers import launch_app, trained_run
 from lab.views.curves import CURVES, X_AXES
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.browser  # Chromium driving the real app (tests/conftest.py, the tiers)
 WAIT_MS = 120_000
 TINY = RunConfig(model=ModelConfig(n_layers=2, n_heads=2, d_model=16, d_ff=32, pos="learned"),
                  task=TaskConfig(name="copy", max_len=4),

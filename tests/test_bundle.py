@@ -146,6 +146,7 @@ def test_a_bundle_of_presets_answers_their_cards(tmp_path):
     jobs.shutdown(wait=True)
 
 
+@pytest.mark.app
 def test_the_bundle_command(tmp_path):
     bad = lab("bundle", "--out", str(tmp_path / "x.zip"), runs_dir=tmp_path / "runs")
     assert bad.returncode == 2 and "name the presets to bundle, or give --all" in bad.stderr
@@ -156,7 +157,7 @@ def test_the_bundle_command(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
-@pytest.mark.slow
+@pytest.mark.app
 def test_the_bundle_command_trains_once_and_writes_a_bundle_the_app_loads(tmp_path):
     out = lab("bundle", "hello_sort", "--out", str(tmp_path / "sort.zip"), runs_dir=tmp_path / "runs", timeout=600)
     assert out.returncode == 0, out.stderr

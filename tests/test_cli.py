@@ -94,18 +94,20 @@ def check_bad(res: subprocess.CompletedProcess, runs: Path, names: list[str]) ->
     assert not runs.exists() or not any(runs.iterdir())
 
 
+@pytest.mark.app
 def test_bad_values_as_subprocess(tmp_path):
     names = dict(BAD)
     for argv, (res, runs) in run_bad(QUICK, tmp_path).items():
         check_bad(res, runs, names[argv])
 
 
-@pytest.mark.slow
+@pytest.mark.app
 def test_every_bad_value_as_subprocess(tmp_path):
     for argv, (res, runs) in run_bad([a for a, _ in BAD if a not in QUICK], tmp_path).items():
         check_bad(res, runs, dict(BAD)[argv])
 
 
+@pytest.mark.app
 @pytest.mark.parametrize("argv,names", BAD, ids=[a for a, _ in BAD])
 def test_bad_value_exits_2_with_one_line_in_process(tmp_path, capsys, argv, names):
     runs = tmp_path / "runs"
@@ -162,6 +164,7 @@ def trained(tmp_path_factory):
     return res, runs
 
 
+@pytest.mark.app
 def test_train_json_prints_one_summary_object(trained):
     res, runs = trained
     out = one_json(res.stdout)
@@ -189,6 +192,7 @@ def test_train_json_prints_one_summary_object(trained):
     assert max(r["step"] for r in rows if r["kind"] == "train") == 20
 
 
+@pytest.mark.app
 def test_train_progress_goes_to_stderr(trained):
     res, _ = trained
     progress = [line for line in res.stderr.splitlines() if "/20" in line]
@@ -197,6 +201,7 @@ def test_train_progress_goes_to_stderr(trained):
     assert "Traceback" not in res.stderr and "steps/s" not in res.stdout
 
 
+@pytest.mark.app
 def test_list_and_show(trained):
     res, runs = trained
     out = json.loads(res.stdout)
@@ -237,6 +242,7 @@ def add_torn_copy(run_dir: str, runs: Path) -> Path:
     return copy
 
 
+@pytest.mark.app
 def test_sigkill_mid_training_lists_as_interrupted_beside_a_torn_run(trained, tmp_path):
     """One store, one `list`: a run killed mid-training, and a finished run with a torn last line."""
     runs = tmp_path / "runs"
@@ -262,6 +268,7 @@ def test_sigkill_mid_training_lists_as_interrupted_beside_a_torn_run(trained, tm
     assert rows[torn.name]["final.eval.exact_match"] == pytest.approx(done["eval"][EXACT_MATCH])
 
 
+@pytest.mark.app
 def test_sigint_stops_cleanly(tmp_path):
     runs = tmp_path / "runs"
     proc = start("train", *LONG, runs_dir=runs)

@@ -66,6 +66,7 @@ def close(a: dict, b: dict) -> None:
             assert a[split] == pytest.approx(b[split], rel=1e-5, abs=1e-6), split
 
 
+@pytest.mark.app
 def test_ablate_json_matches_ablation_report(trained):
     runs, run_id = trained
     out = one_json(lab("ablate", run_id, "--heads", "1.0,1.1", "--json", runs_dir=runs))
@@ -80,6 +81,7 @@ def test_ablate_json_matches_ablation_report(trained):
     assert out["ablated"]["eval"]["loss"] != pytest.approx(out["intact"]["eval"]["loss"], rel=1e-3)
 
 
+@pytest.mark.app
 def test_ablate_table_and_composed_interventions(trained):
     runs, run_id = trained
     res = lab("ablate", run_id, "--heads", "0.1", "--mode", "mean", "--skip-ff", "0", "--no-pos", runs_dir=runs)
@@ -92,6 +94,7 @@ def test_ablate_table_and_composed_interventions(trained):
     assert sum("ablated" in line for line in lines) == 2  # at the training lengths and the longer ones
 
 
+@pytest.mark.app
 def test_importance_json_is_layers_by_heads(trained):
     runs, run_id = trained
     out = one_json(lab("ablate", run_id, "--importance", "--json", runs_dir=runs))
@@ -107,6 +110,7 @@ def test_importance_json_is_layers_by_heads(trained):
 
 
 
+@pytest.mark.app
 def test_importance_table(trained, capsys):
     runs, run_id = trained
     assert main(["ablate", run_id, "--importance", "--runs-dir", str(runs)]) == 0
@@ -116,6 +120,7 @@ def test_importance_table(trained, capsys):
     assert table.rstrip().endswith(".") and "Knocking out layer" in table
 
 
+@pytest.mark.app
 def test_sample_greedy_is_deterministic_and_equals_generate(trained):
     runs, run_id = trained
     args = ("sample", run_id, "--prompt", "3 1 2", "--tokens", "5", "--temperature", "0", "--json")
@@ -129,6 +134,7 @@ def test_sample_greedy_is_deterministic_and_equals_generate(trained):
     assert first["continuation"] == [str(t) if t != sep else "|" for t in first["tokens"]]
 
 
+@pytest.mark.app
 def test_sample_at_a_temperature_follows_the_seed(trained):
     runs, run_id = trained
     out = one_json(lab("sample", run_id, "--prompt", "4,4,1|", "--tokens", "6", "--temperature", "1.5",
@@ -139,6 +145,7 @@ def test_sample_at_a_temperature_follows_the_seed(trained):
 
 
 
+@pytest.mark.app
 def test_sample_prints_prompt_and_continuation(trained, capsys):
     runs, run_id = trained
     assert main(["sample", run_id, "--prompt", "441", "--tokens", "3", "--temperature", "0", "--runs-dir",
@@ -179,6 +186,7 @@ def unready(trained) -> tuple[str, str]:
     return store.create(cfg, owner="test"), store.create(enc_dec, owner="test")
 
 
+@pytest.mark.app
 def test_bad_input_in_a_real_process(trained, unready):
     """Exit status 2 and one line naming the flag or the run, from `python -m lab` itself."""
     runs, run_id = trained
@@ -217,6 +225,7 @@ BAD = [  # (argv after RUN_ID, what the one stderr line must contain); "{none}":
 ]
 
 
+@pytest.mark.app
 @pytest.mark.parametrize("argv,needles", BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_input_names_the_flag(trained, unready, argv, needles, capsys):
     """The same checks through lab.cli.main in this process (argparse's own errors exit as SystemExit 2)."""
@@ -233,6 +242,7 @@ def test_bad_input_names_the_flag(trained, unready, argv, needles, capsys):
         assert needle in err.err, (needle, err.err)
 
 
+@pytest.mark.app
 def test_ablate_at_a_snapshot_step_uses_the_weights_kept_then(trained, capsys):
     """`--step 0` is the untrained model (its seeded initialisation, kept in float16 with the snapshot)."""
     runs, run_id = trained

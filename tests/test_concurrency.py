@@ -78,6 +78,7 @@ def test_process_mode_gives_the_same_run_as_thread_mode(store):
     assert {k: st[k] for k in ("params", "steps", "eval", "ood")} == {k: sp[k] for k in ("params", "steps", "eval", "ood")}
 
 
+@pytest.mark.app
 def test_live_status_and_stop_in_process_mode(store):
     jm = JobManager(store, max_concurrent=1, mode="process")
     run_id = jm.submit(long_cfg())
@@ -94,6 +95,7 @@ def test_live_status_and_stop_in_process_mode(store):
     jm.shutdown(wait=True)
 
 
+@pytest.mark.app
 def test_exception_in_the_worker_process_is_failed_with_its_message(store):
     jm = JobManager(store, max_concurrent=1, train_fn=boom, mode="process")
     run_id = jm.submit(CFG)
@@ -103,6 +105,7 @@ def test_exception_in_the_worker_process_is_failed_with_its_message(store):
     jm.shutdown(wait=True)
 
 
+@pytest.mark.app
 def test_a_slot_reuses_its_worker_process_and_a_stop_right_after_the_start_reaches_it(store):
     """Job after job in one process of the manager's own pool (no second import of torch); a failed job does
     not end it; a stop sent the moment a reused worker is handed its run still stops that run."""
@@ -126,7 +129,7 @@ def test_a_slot_reuses_its_worker_process_and_a_stop_right_after_the_start_reach
     jm.shutdown(wait=True)
 
 
-@pytest.mark.slow
+@pytest.mark.app
 def test_killed_worker_process_is_failed_and_the_next_run_goes_on(store):
     jm = JobManager(store, max_concurrent=1, mode="process")
     victim = jm.submit(long_cfg())
@@ -165,7 +168,7 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.slow
+@pytest.mark.app
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="finds the server's children through /proc (Linux)")
 def test_sigkill_of_the_server_leaves_no_training_process(tmp_path):
     script = tmp_path / "server.py"

@@ -74,15 +74,15 @@ def test_no_file_and_an_oversized_file_are_refused_in_the_note(tmp_path):
         note.endswith(REFUSED)
 
 
-@pytest.mark.slow
-def test_the_note_follows_each_upload_in_chromium(browser_app, tmp_path):
+@pytest.mark.browser
+def test_the_note_follows_each_upload_in_chromium(app_server, tmp_path):
     from playwright.sync_api import expect
 
     from tests.browser import assert_no_errors, chromium, open_page
 
     paths = files(tmp_path)
     with chromium() as browser:
-        page = open_page(browser, browser_app.url)
+        page = open_page(browser, app_server.url)
         page.get_by_text("Share this configuration").click()
         note, seed = page.locator("#config-upload-note"), page.locator("#seed input")
         for name, says, seed_after in (("good.json", "Loaded 'good.json'", "7"),

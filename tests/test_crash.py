@@ -23,7 +23,7 @@ from lab.engine.store import LIVE_STATES
 from lab.engine.storefs import safetensors_problem
 from tests.helpers import compare_api, descendants, launch_app
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.app  # the real app in a subprocess (tests/conftest.py, the tiers)
 KILLS = 5
 OWNER = "c" * 32
 SHORT = {"task": "copy", "max_len": 4, "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "steps": 60}

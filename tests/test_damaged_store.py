@@ -130,7 +130,7 @@ def test_damaged_files_raise_one_named_error_and_nothing_executes(damaged):
     assert len(store.load_weights(healthy[0])) > 0
 
 
-@pytest.mark.slow  # a launched server on the damaged store
+@pytest.mark.app  # a launched server on the damaged store
 def test_every_endpoint_answers_for_damaged_runs(damaged):
     from gradio_client import Client
     from gradio_client.exceptions import AppError

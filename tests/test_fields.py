@@ -66,6 +66,7 @@ def test_bounds_come_from_the_declaration(info):
     assert err.value.field == info.key
 
 
+@pytest.mark.app
 def test_config_validation_imports_no_torch():
     """Building and validating a config (its task's lengths included) loads no torch."""
     code = ("import sys; from lab.config import RunConfig, TaskConfig; "

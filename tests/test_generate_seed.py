@@ -103,7 +103,7 @@ def test_a_run_with_a_single_attention_snapshot_gets_a_step_slider(ctx, run):
         assert slider.minimum < slider.maximum and slider.value == 5 and slider.interactive is False
 
 
-@pytest.mark.slow
+@pytest.mark.browser
 def test_generate_in_chromium_new_samples_and_a_seed_that_reproduces_one(tmp_path):
     """The page: two clicks show two samples and name two seeds; the first seed typed into Sample seed brings
     the first sample back (its first 19 tokens when 19 are asked for: each click below changes what is shown,

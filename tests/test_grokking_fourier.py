@@ -82,7 +82,7 @@ def trained(tmp_path_factory, one_thread):
     store.close()
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_the_embedding_is_spread_while_memorising_and_in_8_frequencies_after_the_jump(trained):
     """Issue 25's acceptance: at least 80% of the embedding's non-constant power in its 8 strongest frequencies
     after the held-out jump (by the end of the preset's steps; the first snapshot after the jump has less, the

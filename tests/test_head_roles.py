@@ -126,7 +126,7 @@ def test_a_run_without_decoder_heads_is_refused_by_name(tmp_path, capsys, arch):
     assert f"its architecture is {arch}" in err and "decoder-only" in err, err
 
 
-@pytest.mark.slow
+@pytest.mark.science
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_on_the_induction_preset_the_induction_head_forms_in_layer_1_as_the_loss_falls(tmp_path, capsys, seed):
     """Issue 25's acceptance, for each seed: the top induction score is below 0.1 at step 0 and above 0.4 at the

@@ -101,7 +101,7 @@ def refused(client, server, api_name: str, fields: tuple[str, ...], *args: Any, 
     return message
 
 
-@pytest.mark.slow  # a launched server
+@pytest.mark.app  # a launched server
 @pytest.mark.parametrize(("api_name", "overrides", "fields"), KNOB_CASES,
                          ids=[f"{a}-{'-'.join(map(str, o))}" for a, o, _ in KNOB_CASES])
 def test_knob_endpoints(client, app_server, api_name, overrides, fields):
@@ -117,7 +117,7 @@ def test_knob_endpoints(client, app_server, api_name, overrides, fields):
     refused(client, app_server, api_name, fields, **knob_kwargs(api_name, overrides))
 
 
-@pytest.mark.slow  # a launched server
+@pytest.mark.app  # a launched server
 @pytest.mark.parametrize(("name", "data", "fields"), UPLOADS, ids=[u[0] for u in UPLOADS])
 def test_uploaded_config_files(client, app_server, tmp_path, name, data, fields):
     """A refused config file is answered in the note under the button (ui/share.py), the field by its label."""
@@ -136,7 +136,7 @@ def test_uploaded_config_files(client, app_server, tmp_path, name, data, fields)
     assert app_server.run_folders() == before and "Traceback" not in app_server.log_text(log_start)
 
 
-@pytest.mark.slow  # a launched server
+@pytest.mark.app  # a launched server
 @pytest.mark.parametrize(("api_name", "overrides", "fields"), INSPECT_CASES,
                          ids=[f"{a}-{'-'.join(map(str, o))}" for a, o, _ in INSPECT_CASES])
 def test_inspect_inputs(client, app_server, done_run, api_name, overrides, fields):
@@ -144,20 +144,20 @@ def test_inspect_inputs(client, app_server, done_run, api_name, overrides, field
     refused(client, app_server, api_name, fields, **args)
 
 
-@pytest.mark.slow  # a launched server
+@pytest.mark.app  # a launched server
 @pytest.mark.parametrize(("api_name", "args"), MISSING_RUN_CASES, ids=[f"{a}-{v[0]}" for a, v in MISSING_RUN_CASES])
 def test_run_ids_that_name_no_run(client, app_server, api_name, args):
     message = refused(client, app_server, api_name, ("run_id",), *args)
     assert "does not exist" in message or "no run is shown" in message, message
 
 
-@pytest.mark.slow  # a launched server
+@pytest.mark.app  # a launched server
 def test_poll_of_a_missing_run_says_so_and_stops_polling(client):
     text, loss, acc, timer = client.predict(MISSING, api_name="/poll")
     assert MISSING in text and "does not exist" in text and timer["active"] is False
 
 
-@pytest.mark.slow  # a launched server
+@pytest.mark.app  # a launched server
 def test_deleting_a_live_run_is_refused(client, app_server):
     from tests.helpers import SMALL
 
@@ -170,7 +170,7 @@ def test_deleting_a_live_run_is_refused(client, app_server):
         client.predict(run_id, U, api_name="/stop")
 
 
-@pytest.mark.slow  # a launched server
+@pytest.mark.app  # a launched server
 def test_a_valid_upload_still_loads_and_the_server_answers(client, tmp_path):
     from gradio_client import handle_file
 
@@ -236,6 +236,7 @@ def test_cli_flags(tmp_path, monkeypatch, capsys, index):
     assert not runs.exists() or not any(runs.iterdir()), "a refused command created a run folder"
 
 
+@pytest.mark.app
 def test_cli_json_config_error_in_a_real_process(tmp_path):
     """The same refusal from `python -m lab` itself: status 2, one line, nothing stored."""
     import subprocess

@@ -76,6 +76,7 @@ def test_reading_a_dead_run_writes_nothing(store):
     assert store.recover() == [] and store.status(done)["state"] == "completed"
 
 
+@pytest.mark.app
 def test_a_second_process_reads_alive_until_killed(store):
     code = ("import sys, time; from lab.config import RunConfig; from lab.engine.store import RunStore; "
             "print(RunStore(sys.argv[1]).create(RunConfig(), owner='other'), flush=True); time.sleep(120)")
@@ -103,6 +104,7 @@ def test_a_second_process_reads_alive_until_killed(store):
     assert store.status(run_id)["state"] == "interrupted"  # a missing lock file reads as a dead writer too
 
 
+@pytest.mark.app
 def test_a_run_handed_between_live_processes_never_reads_interrupted(store):
     """create() stamps queued here (as the app does); a second process stamps running again and
     again (as a worker does) while this one reads; killing the second one interrupts the run."""
@@ -172,6 +174,7 @@ def test_a_lock_that_cannot_be_probed_falls_back_to_the_pid(store, monkeypatch):
     assert writer_alive(store.root, "../../etc/passwd") is None  # never a path outside the lock folder
 
 
+@pytest.mark.app
 def test_a_reader_that_cannot_write_still_probes(store, monkeypatch):
     """Readers open lock files read-only where read-write is refused (a store they cannot write)."""
     code = ("import sys, time; from lab.config import RunConfig; from lab.engine.store import RunStore; "
@@ -266,7 +269,7 @@ def test_sweep_without_probes_judges_temp_names_by_pid(store, monkeypatch):
     assert store.sweep() == 1 and alive.exists() and not dead.exists()
 
 
-@pytest.mark.slow
+@pytest.mark.app
 def test_a_writer_killed_mid_save_leaves_only_temp_files_the_sweep_removes(store):
     """SIGKILL, three times, a process that keeps saving weights and snapshots of some MB: whatever the
     moment, every temp file left carries its writer's name (safetensors' own save_file renames an unnamed

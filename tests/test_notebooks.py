@@ -61,7 +61,7 @@ def kernel_name(tmp_path_factory: pytest.TempPathFactory) -> str:
     return "lab-tests"
 
 
-@pytest.mark.slow
+@pytest.mark.app
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_the_notebook_runs_top_to_bottom_and_its_claim_holds(name, kernel_name, tmp_path, monkeypatch):
     from nbclient import NotebookClient

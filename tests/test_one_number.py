@@ -190,7 +190,7 @@ def test_page_4_states_the_conditions_of_its_variance_claim():
     assert float(((q + 1) * (k + 1)).sum(-1).var()) > 2 * 64  # mean 1: not d_k, hence the condition
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_page_12_says_what_the_induction_presets_knockouts_measure():
     """The page says the layer-0 previous-token head costs many times more than any other head and each layer-1
     head a fraction of that; the induction preset's 2-layer run, drawn by the page, shows it."""

@@ -64,6 +64,7 @@ def test_metadata_names_the_console_command_and_the_version():
     assert list((REPO / "lab" / "teach").glob("*.json")), "package-data names lab/teach/*.json"
 
 
+@pytest.mark.app
 def test_build_outputs_are_ignored_by_git():
     ignored = subprocess.run(["git", "check-ignore", "build/lib/x.py", "transformer_ablation_lab.egg-info/PKG-INFO"],
                              cwd=REPO, capture_output=True, text=True)
@@ -82,6 +83,7 @@ print(json.dumps({"bare": bare, "after": sorted({m.split('.')[0] for m in sys.mo
 """
 
 
+@pytest.mark.app
 def test_import_lab_does_not_import_gradio_ray_or_trackio(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run([sys.executable, "-c", PROBE], cwd=tmp_path, env=env, capture_output=True, text=True,
@@ -118,7 +120,7 @@ def _working_tree(dest: Path) -> None:
             shutil.copy2(src, dest / rel)
 
 
-@pytest.mark.slow
+@pytest.mark.app
 def test_pip_install_into_a_fresh_venv_gives_the_command_and_the_package(tmp_path):
     """`python -m venv --system-site-packages` (the runtime's packages come from this environment: no
     download), then `pip install` of the checkout's working tree; the console command and `import lab` run

@@ -78,7 +78,7 @@ def test_each_batched_cell_equals_its_own_forward(model):
                                                          abs=1e-4)
     # the causal cone: in row 0 only the corrupted position matters; the last row's last position is the answer
     changed = int((clean != corrupt).nonzero()[0, 1])
-    assert np.allclose(np.delete(p.residual[0], changed), 0, atol=1e-5) and p.residual[0, changed] == pytest.approx(1.0)
+    assert np.allclose(np.delete(p.residual[0], changed), 0, atol=1e-5) and p.residual[0, changed] == pytest.approx(1.0, abs=1e-5)
     assert p.residual[-1, -1] == pytest.approx(1.0, abs=1e-5)
 
 

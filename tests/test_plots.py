@@ -249,6 +249,7 @@ def test_attention_grid_hatches_the_heads_whose_output_is_removed():
     assert not images(plain)[0].patches
 
 
+@pytest.mark.app
 def test_after_the_warm_up_a_compare_figure_imports_nothing_more():
     """app.py warms plotly up before it serves: a figure drawn afterwards, from any thread, loads no module,
     so two first requests cannot meet in Python's import locks (they once failed with _DeadlockError)."""

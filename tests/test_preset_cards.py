@@ -86,7 +86,7 @@ def test_each_card_keeps_its_own_presets_newest_result(tmp_path):
         demo.lab_context.jobs.shutdown(wait=True)
 
 
-@pytest.mark.slow
+@pytest.mark.browser
 def test_another_browser_sees_every_presets_last_result(tmp_path):
     """Chromium: a page opened before the encoder-decoder preset ran shows it once the tab is opened again,
     and a second browser context (its own storage: it never ran a preset) shows both presets' results."""

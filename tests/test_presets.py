@@ -272,14 +272,14 @@ def one_thread_and_pool_shut_down_after(one_thread):
         _POOL.pop().shutdown()
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_hello_sort_solves_sort():
     r = Ran(PRESETS["hello_sort"])
     assert r.ev("sort", EXACT_MATCH) == 1.0, r.summaries
     assert "Solved" in r.text
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_induction_needs_two_layers_and_one_head_matters_most():
     from lab.views.analysis import load_model
     from lab.views.probing import importance_map, knockout_summary
@@ -306,7 +306,7 @@ def test_induction_needs_two_layers_and_one_head_matters_most():
     assert f"to {k['ablated']:.2f}" in text and "as much as the median head" in text, text
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_post_ln_needs_warmup_at_a_high_learning_rate():
     r = Ran(PRESETS["pre_post_ln"])
     pre, post, warm = (r.ev(n) for n in LN_RUNS)
@@ -314,7 +314,7 @@ def test_post_ln_needs_warmup_at_a_high_learning_rate():
     assert "warmup keeps" in r.text
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_alibi_extrapolates_best():
     r = Ran(PRESETS["short_long"])
     ood = {pe: r.ood(pe) for pe in PES}
@@ -323,7 +323,7 @@ def test_alibi_extrapolates_best():
     assert "ALiBi's stayed close" in r.text
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_no_position_encoding_reverses_beyond_training():
     """An exploration: only the robust part is claimed (every run learns something in range, none
     carries whole sequences past the training length)."""
@@ -334,7 +334,7 @@ def test_no_position_encoding_reverses_beyond_training():
     assert "no run reversed" in r.text and "no encoding wins reliably" in r.text
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_encoder_decoder_reverses_with_anti_diagonal_cross_attention():
     from lab.views.analysis import attention, load_model, sampled_probe
 
@@ -352,7 +352,7 @@ def test_encoder_decoder_reverses_with_anti_diagonal_cross_attention():
     assert "anti-diagonal" in r.text
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_attention_reverses_where_an_lstm_of_the_same_size_fails_far_back():
     from lab.teach.distance import accuracy_by_distance, near_and_far
     from lab.teach.presets.catalog import measured
@@ -375,7 +375,7 @@ def test_attention_reverses_where_an_lstm_of_the_same_size_fails_far_back():
     assert f"right {100 * near:.0f}% of the time" in text and f"{100 * far:.0f}% when it was 31 back" in text, text
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_deep_stacks_learn_only_with_residual_connections():
     r = Ran(PRESETS["why_residuals"])
     chance = math.log(10)
@@ -384,7 +384,7 @@ def test_deep_stacks_learn_only_with_residual_connections():
     assert "never left guessing" in r.text
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_removing_the_scaling_slows_learning_at_a_wide_head():
     r = Ran(PRESETS["why_scaling"])
     scaled, raw = (r.ev(n) for n in SCALING_RUNS)
@@ -392,7 +392,7 @@ def test_removing_the_scaling_slows_learning_at_a_wide_head():
     assert "footnote 4" in r.text
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_grokking_needs_weight_decay():
     r = Ran(PRESETS["grokking"])
     wd, no = "weight decay 1.0", "weight decay 0"
@@ -409,7 +409,7 @@ def test_grokking_needs_weight_decay():
     assert not math.isnan(r.ev(no)) and "jumps" in r.text
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_the_stability_map_finds_where_post_ln_fails_without_warmup_and_pre_ln_trains():
     from lab.teach.presets import stability as s
 

@@ -239,7 +239,7 @@ def state_of(server, run_id: str) -> str:
     return json.loads((server.runs_dir / run_id / "status.json").read_text())["state"]
 
 
-@pytest.mark.slow
+@pytest.mark.browser
 def test_second_browser_cannot_stop_or_delete_first_users_run(public_app):
     from playwright.sync_api import expect
 
@@ -310,7 +310,7 @@ def test_second_browser_cannot_stop_or_delete_first_users_run(public_app):
         assert "Traceback" not in public_app.log_text()
 
 
-@pytest.mark.slow
+@pytest.mark.app
 def test_public_limits_and_ownership_through_the_api(public_app):
     from gradio_client import Client
     from gradio_client.exceptions import AppError

@@ -64,6 +64,7 @@ def published(runs, tmp_path_factory) -> dict:
     return {"out": out, "report": json.loads(out.stdout), "dir": trackio_dir}
 
 
+@pytest.mark.app
 @needs_trackio
 def test_a_grid_is_published_and_reads_back_through_trackio(runs, published):
     store, report = runs["store"], published["report"]
@@ -87,6 +88,7 @@ def test_a_grid_is_published_and_reads_back_through_trackio(runs, published):
     assert groups == {rope0: "pos=rope", rope1: "pos=rope", alibi0: "pos=alibi"}  # seed repeats together
 
 
+@pytest.mark.app
 @needs_trackio
 def test_bad_runs_are_skipped_with_their_reason(runs, published):
     reasons = {s["run_id"]: s["reason"] for s in published["report"]["skipped"]}
@@ -98,6 +100,7 @@ def test_bad_runs_are_skipped_with_their_reason(runs, published):
     assert all(f"lab: skipped {r}: " in err for r in reasons) and "Traceback" not in err
 
 
+@pytest.mark.app
 @needs_trackio
 def test_publishing_again_sends_nothing_twice(runs, published):
     before = read_back("class-board", published["dir"])
@@ -160,6 +163,7 @@ def test_without_trackio_the_message_says_what_to_install(runs, tmp_path, capsys
     assert rc == 2 and "pip install -r requirements-scale.txt" in err and "Traceback" not in err
 
 
+@pytest.mark.app
 def test_importing_lab_imports_no_trackio():
     code = ("import sys, lab, lab.engine.trackio_board, lab.cli.publish, lab.cli; "
             "assert 'trackio' not in sys.modules, 'trackio imported'")

@@ -30,7 +30,7 @@ def test_a_public_server_offers_no_publish_button(tmp_path):
         assert publish_available(ctx)
 
 
-@pytest.mark.slow  # launches the app
+@pytest.mark.app  # launches the app
 def test_the_app_publishes_the_selection_and_it_reads_back(tmp_path):
     from gradio_client import Client
 

@@ -31,7 +31,7 @@ def page_examples() -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", PAGE.read_text(encoding="utf-8"), re.S | re.M)
 
 
-@pytest.mark.slow
+@pytest.mark.app
 def test_every_example_of_the_api_page_runs_in_order(tmp_path, monkeypatch):
     """The ```python blocks of docs/python-api.md, executed one after another in one namespace (as a reader
     runs them in a notebook), in an empty folder with its own run store."""

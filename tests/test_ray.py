@@ -20,7 +20,7 @@ pytest.importorskip("ray")  # the optional scale-out requirements (requirements-
 from tests.helpers import REPO, compare_api, launch_app, plotted  # noqa: E402
 from tests.ray_cluster import Cluster, start_cluster  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.app  # the real app in a subprocess (tests/conftest.py, the tiers)
 KNOBS = {"task": "copy", "max_len": 4, "d_model": 32, "n_heads": 2, "n_layers": 1}
 FLAGS = ["--task", "copy", "--max-len", "4", "--d-model", "32", "--n-heads", "2", "--n-layers", "1"]
 GRID = "pos=rope,alibi seed=0,1"

@@ -78,6 +78,7 @@ def child_records(out: str) -> tuple[list, dict[str, torch.Tensor]]:
     return comparable(rows), weights
 
 
+@pytest.mark.app
 def test_resume_in_a_fresh_process_equals_training_in_one_go(tmp_path):
     """Stopped at a step that is not an eval point (so the stop adds an eval and a snapshot), checkpointed to
     a file, continued by another process: the same weights and records as one uninterrupted run."""

@@ -104,7 +104,7 @@ def test_a_queued_continuation_stopped_before_it_starts_leaves_the_run_as_it_was
         jm.shutdown(wait=True)
 
 
-@pytest.mark.parametrize("mode", ["thread", pytest.param("process", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("mode", ["thread", pytest.param("process", marks=pytest.mark.app)])
 def test_job_manager_continues_a_completed_run_in_its_own_folder(tmp_path, mode):
     store = RunStore(tmp_path / "runs")
     run_id = completed_run(store, steps=20)
@@ -146,7 +146,7 @@ record_run(store, run_id, threads=1, on_record=slow)
 """
 
 
-@pytest.mark.slow
+@pytest.mark.app
 def test_a_run_killed_mid_training_continues_after_recover(tmp_path):
     store = RunStore(tmp_path / "runs")
     cfg = tiny_config(RESUMABLE, steps=60)

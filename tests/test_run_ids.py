@@ -66,7 +66,7 @@ def test_cli_show_refuses(store, bad, capsys):
 
 
 # ---- every endpoint of the launched app that takes a run id ------------------------------------------
-@pytest.mark.slow
+@pytest.mark.app
 def test_every_run_id_endpoint_refuses_path_tricks(client, app_server):
     from gradio_client.exceptions import AppError
 
@@ -109,7 +109,7 @@ def test_every_run_id_endpoint_refuses_path_tricks(client, app_server):
     assert "Completed" in text
 
 
-@pytest.mark.slow
+@pytest.mark.app
 def test_gradio_serves_no_file_outside_what_the_app_returns(client, app_server):
     import urllib.error
     import urllib.parse

@@ -314,6 +314,7 @@ def test_reused_pid_reads_as_interrupted(store):
     assert json.loads((store.path(run_id) / "status.json").read_text())["state"] == "interrupted"
 
 
+@pytest.mark.app
 def test_killed_process_reads_as_interrupted(store):
     run_id = store.create(CFG)
     code = ("import sys, time; from lab.engine.store import RunStore; "

@@ -74,7 +74,7 @@ def test_json_file_round_trips(tmp_path, key, cfg):
 GROK = next(c for c in PRESETS["grokking"].runs)
 
 
-@pytest.mark.slow
+@pytest.mark.app
 def test_json_download_then_upload_through_the_app(client):
     from gradio_client import handle_file
 
@@ -91,12 +91,12 @@ def test_json_download_then_upload_through_the_app(client):
     assert got == {**values_from_config(GROK), "train.seed": 11}
 
 
-@pytest.mark.slow
-def test_classroom_link_fills_the_knobs_and_locks_controls_in_chromium(browser_app):
+@pytest.mark.browser
+def test_classroom_link_fills_the_knobs_and_locks_controls_in_chromium(app_server):
     from tests.browser import chromium, open_page
 
     cfg = replace(GROK, train=replace(GROK.train, seed=5))
-    url = f"{browser_app.url}/?{query_string(cfg, hide=('pos', 'norm'))}"
+    url = f"{app_server.url}/?{query_string(cfg, hide=('pos', 'norm'))}"
     with chromium() as browser:
         page = open_page(browser, url)
         page.wait_for_function("() => document.querySelector('#seed input') && "

@@ -189,7 +189,7 @@ def test_a_continued_run_answers_no_more(store):
     assert SharedRuns(store).find(identity(named("c")), set()) is None
 
 
-@pytest.mark.slow
+@pytest.mark.app
 def test_one_configuration_trained_twice_on_cpu_gives_bit_identical_weights(tmp_path):
     """The reason a second training is waste: the same config, seed and code give the same weights, byte for
     byte (the app's worker processes, one thread each)."""

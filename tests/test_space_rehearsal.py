@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "space_rehearsal.py"
 
 
-@pytest.mark.slow
+@pytest.mark.app
 def test_a_zerogpu_space_holds_a_class_with_the_real_spaces_package():
     sys.path.insert(0, str(REPO / "scripts"))
     try:

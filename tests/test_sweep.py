@@ -57,6 +57,7 @@ def test_spread_is_mean_and_range_over_seeds():
     assert spread([0.25]) == "0.250" and spread([None, float("nan")]) == ""
 
 
+@pytest.mark.app
 @pytest.mark.parametrize("args, words", [
     (["--grid", "pos=rope,fancy"], "grid.PE: 'fancy' is not one of"),
     (["--grid", "heads=2,3", "--d-model", "16"], "heads=3 is invalid"),
@@ -85,6 +86,7 @@ def test_ray_settings_from_the_environment():
             ray_gpus({"LAB_RAY_GPUS": bad})
 
 
+@pytest.mark.app
 def test_nothing_in_lab_imports_ray():
     code = ("import sys, lab, lab.cli.main, lab.engine.jobs, lab.engine.slots, lab.engine.environment, lab.engine.grid, "
             "lab.cli.sweep, lab.engine.trackio_board\nlab.cli.main.build_parser()\n"
@@ -93,6 +95,7 @@ def test_nothing_in_lab_imports_ray():
     assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
 
 
+@pytest.mark.app
 def test_without_ray_a_ray_address_is_refused_in_one_line(tmp_path):
     runs = tmp_path / "runs"
     code = NO_RAY + (f"from lab.cli.main import main\nsys.exit(main(['sweep', '--grid', 'seed=0,1', *{TINY!r}, "
@@ -104,7 +107,7 @@ def test_without_ray_a_ray_address_is_refused_in_one_line(tmp_path):
     assert not runs.exists() or not any(p for p in runs.iterdir() if p.name != ".locks")
 
 
-@pytest.mark.slow  # two worker processes train
+@pytest.mark.app  # two worker processes train
 def test_a_local_sweep_trains_every_run_and_summarises_the_groups(tmp_path):
     out = lab("sweep", "--grid", "pos=rope,alibi seed=0..1", *TINY, "--steps", "20", "--json",
               runs_dir=tmp_path / "runs", timeout=300)

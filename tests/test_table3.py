@@ -84,6 +84,7 @@ def test_the_presets_explanation_is_the_table_with_a_count_of_its_marks():
     assert missing.startswith("No final results yet for: C N/3 seed 1.")
 
 
+@pytest.mark.app
 def test_the_command_line_refuses_a_bad_preset_or_step_count(tmp_path):
     import subprocess
     import sys
@@ -99,7 +100,7 @@ def test_the_command_line_refuses_a_bad_preset_or_step_count(tmp_path):
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # nothing half-written
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_the_whole_experiment_runs_from_the_command_line(tmp_path):
     """21 runs at 6 steps each (the claim is made at the preset's settings; this checks the path): every run
     completes, the cost is said before it starts, and the explanation is the table of all six rows."""

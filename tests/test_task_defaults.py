@@ -60,7 +60,7 @@ def test_an_explicit_bad_length_is_still_refused(tmp_path, capsys, argv, names):
     assert not runs.exists()
 
 
-@pytest.mark.slow
+@pytest.mark.app
 def test_text_and_induction_train_from_the_command_line_with_default_flags(tmp_path):
     """`python -m lab train --task text --steps 50` (and induction): status 0, a completed run."""
     def run(task: str) -> subprocess.CompletedProcess:
@@ -153,12 +153,12 @@ def test_the_app_wires_the_task_choice(tmp_path):
 
 
 # ---- the real app in Chromium -----------------------------------------------------------------------------
-@pytest.mark.slow
-def test_picking_text_then_induction_in_chromium_and_starting(browser_app):
+@pytest.mark.browser
+def test_picking_text_then_induction_in_chromium_and_starting(app_server):
     from playwright.sync_api import expect
 
     with chromium() as browser:
-        page = open_page(browser, browser_app.url)
+        page = open_page(browser, app_server.url)
         fill(page, "#steps", "30")
         previous = ""
         for task, lengths, hidden in (("text", ("16", "16"), True), ("induction", ("8", "16"), False)):
@@ -173,6 +173,6 @@ def test_picking_text_then_induction_in_chromium_and_starting(browser_app):
                                    "return v && v !== prev; }", arg=["#run-pick input", previous], polling=250)
             previous = page.locator("#run-pick input").input_value()
             assert task in previous
-            wait_finished(page, browser_app, [previous], 180_000)
+            wait_finished(page, app_server, [previous], 180_000)
             assert page.locator("#start-note").inner_text().strip() == ""
             assert_no_errors(page)

@@ -43,6 +43,7 @@ def test_a_generator_without_a_shape_or_a_second_generator_is_refused(monkeypatc
             pass
 
 
+@pytest.mark.app
 def test_the_shapes_import_no_torch():
     code = "import sys, lab.tasks.shapes; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -60,7 +60,7 @@ def test_unigram_entropy_against_a_hand_computation():
     assert 0 < unigram_entropy_nats(big) < math.log(len(counts))  # below uniform: letters are not equally likely
 
 
-@pytest.mark.slow
+@pytest.mark.science
 def test_two_layer_model_beats_the_unigram_entropy_of_the_builtin_text():
     """1,000 steps of a 2-layer, d_model 64 model on the built-in text: its held-out loss (nats per
     character) is far below the unigram entropy, the best a model that ignores the context can do."""
@@ -293,8 +293,8 @@ def test_cli_show_prints_the_text_short(tmp_path, capsys):
 
 
 # ---- the Train tab in Chromium -------------------------------------------------------------------
-@pytest.mark.slow
-def test_text_box_upload_and_start_in_chromium(browser_app, tmp_path):
+@pytest.mark.browser
+def test_text_box_upload_and_start_in_chromium(app_server, tmp_path):
     """Task text shows the box and the upload button; a binary file is refused beside the button and
     leaves the box empty; a good file fills it; Start trains a run whose config.json holds the text."""
     import json
@@ -307,7 +307,7 @@ def test_text_box_upload_and_start_in_chromium(browser_app, tmp_path):
     binary.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(512))
     good.write_text(USER_TEXT, encoding="utf-8")
     with chromium() as browser:
-        page = open_page(browser, browser_app.url)
+        page = open_page(browser, app_server.url)
         box = page.locator("#text textarea")
         expect(box).to_be_hidden()  # another task: no text box
         choose(page, "#task", "text")
@@ -327,7 +327,7 @@ def test_text_box_upload_and_start_in_chromium(browser_app, tmp_path):
         page.locator("#start-btn").click()
         page.wait_for_function("() => document.querySelector('#run-pick input').value", timeout=WAIT_MS)
         run_id = page.locator("#run-pick input").input_value()
-        wait_finished(page, browser_app, [run_id], WAIT_MS)
-        config = json.loads((browser_app.runs_dir / run_id / "config.json").read_text(encoding="utf-8"))
+        wait_finished(page, app_server, [run_id], WAIT_MS)
+        config = json.loads((app_server.runs_dir / run_id / "config.json").read_text(encoding="utf-8"))
         assert config["task"]["name"] == "text" and config["task"]["text"] == USER_TEXT
         assert_no_errors(page)

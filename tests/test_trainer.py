@@ -315,7 +315,7 @@ def test_resolve_device():
 # ---- slow: the known result, reproduced -----------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.science
 @pytest.mark.parametrize("arch", TRANSFORMERS)
 def test_reverse_is_learned_end_to_end(arch):
     """reverse, RoPE, pre-LN, 2 layers x 4 heads, d 64, 1500 steps, seed 0: solved at training lengths."""

@@ -37,15 +37,15 @@ def test_each_uploads_note_is_about_that_upload_whatever_its_name(tmp_path):
     assert notes["poem.txt"][1].startswith("Loaded 'poem.txt'")
 
 
-@pytest.mark.slow
-def test_the_note_follows_each_upload_in_chromium(browser_app, tmp_path):
+@pytest.mark.browser
+def test_the_note_follows_each_upload_in_chromium(app_server, tmp_path):
     from playwright.sync_api import expect
 
     from tests.browser import assert_no_errors, choose, chromium, open_page
 
     paths = files(tmp_path)
     with chromium() as browser:
-        page = open_page(browser, browser_app.url)
+        page = open_page(browser, app_server.url)
         choose(page, "#task", "text")
         box, note = page.locator("#text textarea"), page.locator("#text-upload-note")
         for name, says in (("poem.txt", "Loaded 'poem.txt'"), ("picture.png", "the file 'picture.png' is binary"),

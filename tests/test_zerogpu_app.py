@@ -17,7 +17,6 @@ from tests.helpers import REPO, AppServer, launch_app, poll_until_done
 sys.path.insert(0, str(REPO / "scripts"))
 from space_rehearsal import StubDeviceAPI, space_env  # noqa: E402
 
-pytestmark = pytest.mark.slow
 WAIT_MS = 150_000
 SMALL = {"task": "copy", "max_len": 4, "d_model": 32, "n_heads": 2, "n_layers": 2, "steps": 60}
 
@@ -36,6 +35,7 @@ def zerogpu(tmp_path_factory) -> Iterator[tuple[AppServer, StubDeviceAPI]]:
         api.close()
 
 
+@pytest.mark.app
 def test_the_app_starts_as_on_a_zerogpu_space(zerogpu):
     server, api = zerogpu
     log = server.log_text()
@@ -43,6 +43,7 @@ def test_the_app_starts_as_on_a_zerogpu_space(zerogpu):
     assert api.requests.get("POST /startup-report") == 1  # the real package reported our GPU function at launch
 
 
+@pytest.mark.app
 def test_a_spent_quota_trains_the_run_on_the_cpu_and_says_so(zerogpu):
     from gradio_client import Client
 
@@ -59,6 +60,7 @@ def test_a_spent_quota_trains_the_run_on_the_cpu_and_says_so(zerogpu):
     assert "Completed" in text, text  # trained to the end in the CPU queue
 
 
+@pytest.mark.browser
 def test_the_page_offers_train_on_gpu_and_answers_beside_it(zerogpu):
     from playwright.sync_api import expect
 
