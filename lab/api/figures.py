@@ -4,71 +4,62 @@ the positional encoding's PCA, the head importance map and the logit lens (Inspe
 
 Each function returns a new `matplotlib.figure.Figure` (never pyplot's global state): a notebook cell shows
 it when it is the cell's last value, `fig.savefig("x.png")` writes it. Runs are `Run` objects or run ids
-(with `runs_dir`); legends name runs as Compare does (lab/views/run_labels.py).
+(with `runs_dir`); legends name runs as Compare does (lab/views/run_labels.py). The curves and the bands
+are drawn from Compare's own frames and figures (lab/views/compare_frames.py, lab/views/compare_figures.py),
+the ones its page and its PNG export draw.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from lab.api.runs import PathLike, Run, load_runs
-from lab.config import RECURRENT, RunConfig, flatten
-from lab.engine.grid import band, group_runs
+from lab.config import RECURRENT, RunConfig
 from lab.views import plots
+from lab.views.compare_figures import bands_png, curves_png
+from lab.views.compare_frames import Selection, curve_series, metric_list, read_selection, seed_groups, x_axis
 from lab.views.curves import CURVES, X_AXES
 
 METRICS = tuple(CURVES)  # "train loss (batch)", "held-out loss", "held-out exact-match", ...
 RunsLike = Sequence[Run | str] | Run | str
 
 
-def _rows(runs: list[Run]) -> dict[str, dict[str, Any]]:
-    return {r.run_id: {"run_id": r.run_id, **flatten(r.config)} for r in runs}
+def _selection(runs: RunsLike, runs_dir: Optional[PathLike]) -> Selection:
+    """The runs read as Compare reads its selection (lab/views/compare_frames.py): one run store's runs."""
+    items = load_runs(runs, runs_dir)
+    if len({str(r.store.root) for r in items}) > 1:
+        raise ValueError("runs: draw runs of one run store together (these come from several)")
+    if not items:
+        return Selection(pd.DataFrame(), {})
+    return read_selection(items[0].store, [r.run_id for r in items])
 
 
 def plot_curves(runs: RunsLike, metric: str | Sequence[str] = "held-out loss", x: str = "step",
                 title: str = "", runs_dir: Optional[PathLike] = None) -> Figure:
-    """One line per run (and per metric, given several) of Compare's curves: `metric` one or more of
-    `lab.api.figures.METRICS`, `x` "step", "time (s)" or "tokens"."""
-    from lab.views.run_labels import label_runs
-
-    items = load_runs(runs, runs_dir)
-    metrics = [metric] if isinstance(metric, str) else list(metric)
-    labels = label_runs(_rows(items))
-    frames = []
-    for r in items:
-        for m in metrics:
-            name = labels[r.run_id] + (f": {m}" if len(metrics) > 1 else "")
-            frames.append(r.curve(m, x).assign(series=name))
-    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame({"x": [], "value": [], "series": []})
-    return plots.curves_figure(df, "x", "value", "series", title, x_label=x,
-                               y_label=metrics[0] if len(metrics) == 1 else "value")
+    """One line per run (and per metric, given several) of Compare's curves, as Compare's Export draws them
+    (unsmoothed): `metric` one or more of `lab.api.figures.METRICS`, `x` "step", "time (s)" or "tokens";
+    `title`: Compare's ("held-out loss vs step") unless given."""
+    metrics, x = metric_list(metric), x_axis(x)
+    series, _ = curve_series(_selection(runs, runs_dir), metrics, x, 0.0)
+    return curves_png(series, metrics, x, title or None)
 
 
 def plot_bands(runs: RunsLike, metric: str = "held-out loss", x: str = "step", title: str = "",
                runs_dir: Optional[PathLike] = None) -> Figure:
     """Seed repeats drawn as their mean with a min-max band: runs whose configs differ only in the seed form
-    one group (as Compare groups them), named by the values that tell the groups apart."""
-    items = load_runs(runs, runs_dir)
-    groups = bands_frame(items, metric, x)
-    return plots.bands_figure(groups, x, metric, title)
+    one group (as Compare groups them), named as Compare names them; `title`: Compare's unless given."""
+    bands = bands_frame(runs, metric, x, runs_dir)
+    return bands_png(bands, metric, x, title or None)
 
 
 def bands_frame(runs: RunsLike, metric: str = "held-out loss", x: str = "step",
                 runs_dir: Optional[PathLike] = None) -> pd.DataFrame:
     """The numbers `plot_bands` draws: columns group, step, x, mean, lo, hi, n (the runs in the group)."""
-    items = {r.run_id: r for r in load_runs(runs, runs_dir)}
-    rows = {rid: {k: v for k, v in row.items() if k.startswith(("model.", "task.", "train."))}
-            for rid, row in _rows(list(items.values())).items()}
-    frames = []
-    for key, members in group_runs(rows).items():
-        name = " ".join(f"{col.split('.', 1)[1]}={val}" for col, val in key) or "all runs"
-        curves = [items[rid].curve(metric, x) for rid in members]
-        frames.append(band(curves).assign(group=f"{name} ({len(members)} runs)"))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        {"group": [], "step": [], "x": [], "mean": [], "lo": [], "hi": [], "n": []})
+    (metric,), x = metric_list(metric), x_axis(x)
+    return seed_groups(_selection(runs, runs_dir), metric, x, 0.0)[0]
 
 
 def plot_attention(run: Run | str, text: Optional[str] = None, step: Optional[int] = None,
