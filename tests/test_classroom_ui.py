@@ -20,7 +20,7 @@ from lab.engine.store import RunStore
 from lab.teach.presets.catalog import PRESETS
 from tests.helpers import FakeTrainer
 from tests.test_ui_presets import endpoint, knob_values, prop, wait_all
-from ui.compare.views import group_frames
+from lab.views.compare_frames import read_selection, seed_groups
 from ui.knobs import KNOBS
 
 ADA, BOB, CY = "ada0000000000001", "bob0000000000002", "cy00000000000003"
@@ -127,7 +127,7 @@ def test_my_own_seed_gives_each_student_a_seed_and_compare_one_class_band(setup)
     wait_all(jobs, mine)
     tabs, pick, metric, group = endpoint(demo, "preset_show")(lasts[2])  # Compare pools the class's runs
     assert sorted(prop(pick, "value")) == sorted(mine) and prop(group, "value") is True
-    bands, table = group_frames(demo.lab_context, prop(pick, "value"), "train loss (batch)", "step", 0.0)
+    bands, table = seed_groups(read_selection(store, prop(pick, "value")), "train loss (batch)", "step", 0.0)
     assert list(table["group"]) == ["sort (class: 3 students)"] and list(table["runs"]) == [3]
     assert set(bands["group"]) == {"sort (class: 3 students)"}
     plain = endpoint(demo, "start")(*knob_values(**SMALL), [], ADA, False)  # Start's own seed box is apart

@@ -1,4 +1,4 @@
-"""Compare's names and views (lab/views/run_labels.py label_runs, ui/compare/tab.py, ui/compare/views.py), on stored runs
+"""Compare's names and views (lab/views/run_labels.py label_runs, ui/compare/tab.py, lab/views/compare_frames.py), on stored runs
 that are not trained (configs and states only; curves from made-up metrics where needed).
 
 A run is named by what tells it from the runs shown with it: its own name if it has one (presets name
@@ -26,9 +26,23 @@ from lab.views.run_labels import GROUP_CHARS, LEGEND_CHARS
 from ui.common import AppContext
 from ui.compare.tab import build_compare_tab, export
 from ui.compare.render import Controls, render
-from ui.compare.views import (FILTER_LABELS, FILTER_PARAMS, SMOOTHING, choices, compare_frames, group_frames,
-                              run_labels)
+from lab.views.compare_frames import (FILTER_LABELS, FILTER_PARAMS, SMOOTHING, choices, final_tables,
+                                      read_selection, seed_groups)
 from ui.knobs import KNOBS, config_from_values
+
+def run_labels(ctx: AppContext, run_ids: list[str]) -> dict[str, str]:
+    """The picked runs' labels, as Compare names them."""
+    return read_selection(ctx.store, run_ids, metrics=False, configs=False).labels
+
+
+def finals_and_configs(ctx: AppContext, run_ids: list[str], diff_only: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    return final_tables(read_selection(ctx.store, run_ids, metrics=False, configs=False), diff_only)
+
+
+def groups_of(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoothing: float):
+    """Compare's seed groups of `run_ids`: the band frame and the group table."""
+    return seed_groups(read_selection(ctx.store, run_ids), metric, x, smoothing)
+
 
 BASE = config_from_values({"task.name": "copy", "task.max_len": 4, "model.d_model": 16, "model.n_heads": 2,
                            "model.n_layers": 1, "model.d_ff": 32, "train.steps": 12, "train.batch_size": 8})
@@ -104,7 +118,7 @@ def test_the_picker_names_picked_runs_as_the_curves_and_tables_do(ctx):
     offered = {r: text for text, r in choices(ctx.store.list(), picked)}
     assert {r: offered[r] for r in picked} == labels  # the picker's tokens are the legend's names
     assert offered[ids[0]].endswith(f"({ids[0][-6:]})") and "=" not in offered[ids[0]]  # not picked: in full
-    _, finals, configs, _ = compare_frames(ctx, picked, "train loss", "step", 0.0, True, with_params=False)
+    finals, configs = finals_and_configs(ctx, picked, True)
     legend = [t.name for t in render(ctx, controls(picked), {})["curves"].data]
     assert set(legend) == set(finals["run"]) == set(configs["run"]) == set(labels.values())
     hidden = choices(ctx.store.list().iloc[:1], picked, ctx.store.list())  # a filter hides the picked runs
@@ -113,7 +127,7 @@ def test_the_picker_names_picked_runs_as_the_curves_and_tables_do(ctx):
 
 def test_group_names_read_like_their_runs_without_the_seed(ctx):
     grid = [add(ctx, c) for c in build_grid(BASE, [("PE", "rope, alibi"), ("norm", "pre, post"), ("seed", "1, 2")])]
-    _, table = group_frames(ctx, grid, "train loss", "step", 0.0)
+    _, table = groups_of(ctx, grid, "train loss", "step", 0.0)
     assert list(table["group"]) == ["rope pre-LN (2 seeds)", "rope post-LN (2 seeds)", "alibi pre-LN (2 seeds)",
                                     "alibi post-LN (2 seeds)"]
     assert list(table["seeds"]) == ["1, 2"] * 4
@@ -122,7 +136,7 @@ def test_group_names_read_like_their_runs_without_the_seed(ctx):
     sort = [add(ctx, change(BASE, "sort", **{"task.name": "sort", "train.seed": s})) for s in (2, 1)]
     far = add(ctx, change(BASE, **{"task.name": "induction", "task.min_len": 32, "task.max_len": 32,
                                    "model.d_ff": 0, "model.n_heads": 4, "model.d_model": 64, "train.lr": 0.001}))
-    _, table = group_frames(ctx, [*sort, far, grid[0]], "train loss", "step", 0.0)
+    _, table = groups_of(ctx, [*sort, far, grid[0]], "train loss", "step", 0.0)
     names = list(table["group"])
     assert names[0] == "sort (2 seeds)" and table["seeds"].iloc[0] == "1, 2"
     assert names[1].startswith("induction ") and names[2].startswith("copy "), names
@@ -162,7 +176,7 @@ def test_compare_reads_like_the_ui_and_shows_no_placeholder(ctx):
     assert set(FILTER_LABELS.values()) == {"Task", "Architecture", "Positional encoding", "LayerNorm placement"}
     assert FILTER_PARAMS == ["task", "arch", "pos", "norm"]
     a, b = add(ctx, BASE), add(ctx, change(BASE, **{"model.pos": "rope", "train.seed": 3}))
-    _, finals, configs, _ = compare_frames(ctx, [a, b], "train loss", "step", 0.0, True, with_params=False)
+    finals, configs = finals_and_configs(ctx, [a, b], True)
     assert list(configs.columns) == ["run", "Positional encoding", "Seed"]  # labels, not model.pos
     assert not any("." in c or c.endswith(" s") for c in [*finals.columns, *configs.columns]), finals.columns
 

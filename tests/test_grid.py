@@ -12,8 +12,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from lab.params import param_breakdown
 from lab.config import RunConfig, flatten
-from lab.engine.grid import (AXES, MAX_RUNS, GridError, band, build_grid, group_runs, has_repeats,
-                            parse_values, varied_columns)
+from lab.engine.grid import (AXES, MAX_RUNS, GridError, build_grid, group_runs, has_repeats, parse_values,
+                            varied_columns)
 from lab.engine.jobs import JobManager
 from lab.engine.recorder import record_run
 from lab.views.plots import bands_figure, params_figure, to_png
@@ -21,7 +21,7 @@ from lab.engine.store import RunStore
 from lab.views.run_labels import short_label
 from ui.common import AppContext
 from ui.compare.render import Controls, render
-from ui.compare.views import compare_frames, group_frames, run_labels
+from lab.views.compare_frames import band, curve_series, long_curves, read_selection, seed_groups
 from ui.knobs import config_from_values
 from tests.helpers import tiny_config
 from lab.records import EXACT_MATCH
@@ -120,6 +120,16 @@ def test_band_is_mean_min_max_over_the_steps_every_run_reached():
     assert band([a, b.iloc[:0]]).empty
 
 
+def run_labels(ctx: AppContext, run_ids: list[str]) -> dict[str, str]:
+    """The picked runs' labels, as Compare names them."""
+    return read_selection(ctx.store, run_ids, metrics=False, configs=False).labels
+
+
+def group_frames(ctx: AppContext, run_ids: list[str], metric: str, x: str, smoothing: float):
+    """Compare's seed groups of `run_ids`: the band frame and the group table."""
+    return seed_groups(read_selection(ctx.store, run_ids), metric, x, smoothing)
+
+
 @pytest.fixture(scope="module")
 def grid_store(tmp_path_factory):
     """2 PEs x 2 seeds of a tiny model, really trained (about a second each)."""
@@ -196,7 +206,8 @@ def test_compare_labels_lead_with_what_differs(grid_store):
     assert [labels[r] for r in ids] == [f"{pe} s{s} ({r[-6:]})" for (pe, s), r in
                                        zip([("rope", 1), ("rope", 2), ("alibi", 1), ("alibi", 2)], ids)]
     assert all(len(v) <= 25 for v in labels.values())  # vega cuts legend labels at ~160 px
-    curves, *_ = compare_frames(ctx, ids, "held-out loss", "step", 0.0, True)
+    curves = long_curves(curve_series(read_selection(ctx.store, ids), ["held-out loss"], "step",
+                                      0.0)[0])
     assert set(curves["run"]) == set(labels.values())
     one = run_labels(ctx, ids[:1])[ids[0]]  # alone: what it is (the grid's name only restates values)
     assert one == f"rope pre-LN L1 s1 copy ({ids[0][-6:]})"

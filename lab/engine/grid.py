@@ -1,5 +1,6 @@
 """Ablation grids: axes x values -> named, validated run configs, and the grouping of seed repeats
-that Compare draws as a mean curve with a min-max band (no gradio here).
+(`group_runs`, `spread`) that Compare draws as a mean curve with a min-max band (the band itself:
+lab/views/compare_frames.py) and the sweep's table summarises (no gradio here).
 
 A grid varies one to three axes of a base config (the Train tab's knobs), or up to every axis from the
 command line (`python -m lab sweep --grid "pos=rope,alibi norm=pre,post seed=0..4"`, lab/cli/sweep.py,
@@ -204,18 +205,3 @@ def spread(values: Iterable[Any]) -> str:
     if v.empty:
         return ""
     return f"{v.mean():.3f} [{v.min():.3f}, {v.max():.3f}]" if len(v) > 1 else f"{v.iloc[0]:.3f}"
-
-
-def band(curves: Iterable[pd.DataFrame]) -> pd.DataFrame:
-    """Mean, min and max over runs, step by step. Each curve has columns step, x, value; only steps that
-    every run has reached count, so a band never mixes finished and unfinished runs. x is averaged
-    (for a time axis, runs differ). Columns: step, x, mean, lo, hi, n."""
-    frames = [c[["step", "x", "value"]].dropna().drop_duplicates("step", keep="last").set_index("step")
-              for c in curves]
-    if not frames or any(f.empty for f in frames):
-        return pd.DataFrame({"step": [], "x": [], "mean": [], "lo": [], "hi": [], "n": []})
-    values = pd.concat([f["value"] for f in frames], axis=1, join="inner")
-    xs = pd.concat([f["x"] for f in frames], axis=1, join="inner")
-    out = pd.DataFrame({"x": xs.mean(axis=1), "mean": values.mean(axis=1), "lo": values.min(axis=1),
-                        "hi": values.max(axis=1), "n": values.shape[1]})
-    return out.sort_index().rename_axis("step").reset_index()

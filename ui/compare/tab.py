@@ -1,6 +1,8 @@
 """Compare tab: filter stored runs, pick any number, overlay their curves (one or several metrics),
-diff their configs, and group seed repeats into a mean curve with a min-max band (the tables:
-ui/compare/views.py; the views' contents: ui/compare/render.py).
+diff their configs, and group seed repeats into a mean curve with a min-max band. This room lays the tab
+out and wires its events; `render` (ui/compare/render.py) turns the controls into the widgets' updates, and
+the frames and figures come from lab/views/compare_frames.py and lab/views/compare_figures.py, which the
+Export and the Python API (lab/api/figures.py) draw from too.
 
 Every view on the tab is drawn by one handler, `render`, from the controls as they are now: any change
 of a control, Refresh, opening the tab and the live timer all fire that one event. Gradio runs one
@@ -22,13 +24,14 @@ from typing import Any, Callable, Optional
 import gradio as gr
 import pandas as pd
 
-from lab.views.plots import bands_figure, curves_figure, to_png
+from lab.views.compare_figures import export_figures
+from lab.views.compare_frames import (FILTER_LABELS, FILTER_PARAMS, FILTERS, FINALS, GROUP_COLS, SMOOTHING,
+                                      TABLE_COLS, choices, metric_list, only, read_selection)
 from lab.views.curves import CURVES, X_AXES
+from lab.views.plots import to_png
 from ui.common import AppContext, Outputs, errors_as_messages, kept, with_api_params
-from ui.compare.render import Controls, NoteSource, render
-from ui.compare.views import (FILTER_LABELS, FILTER_PARAMS, FILTERS, FINALS, GROUP_COLS, SMOOTHING, TABLE_COLS,
-                              choices, filtered, final_tables, group_frames, metric_list, series_frames)
 from ui.compare.class_board import build_publish_panel
+from ui.compare.render import Controls, NoteSource, render
 
 LIVE_POLL_S = 2.0
 DEFAULT_CURVES = ["train loss (batch)"]
@@ -73,110 +76,158 @@ def select(ctx: AppContext, run_ids: list[str]) -> dict:
 
 def export(ctx: AppContext, run_ids: list[str], metric: Any, x: str, smoothing: float,
            grouped: bool = True) -> gr.File:
-    """The selection's configs (JSON), metrics (CSV) and figures (PNG): the curves as Compare draws them,
-    with the same axis titles, the parameters per component and, with seed repeats grouped, the bands."""
+    """The selection's configs (JSON), metrics (CSV) and figures (PNG, lab/views/compare_figures.py
+    export_figures): the curves as Compare draws them, with the same axis titles, the parameters per
+    component and, with seed repeats grouped, the bands. Each run's metrics and config are read once."""
     if not run_ids:
         raise gr.Error("Select at least one run to export.")
     metrics = metric_list(metric)
+    sel = read_selection(ctx.store, run_ids)
     folder = tempfile.mkdtemp(prefix="lab-export-")
-    configs = {r: ctx.store.config(r).to_dict() for r in run_ids}
-    pd.Series(configs).to_json(os.path.join(folder, "configs.json"), indent=2)
-    frames = [ctx.store.metrics(r).assign(run_id=r) for r in run_ids]
-    pd.concat(frames).to_csv(os.path.join(folder, "metrics.csv"), index=False)
-    series, _ = series_frames(ctx, run_ids, metrics, x, smoothing)
-    long = pd.concat([df.assign(run=name) for name, df in series.items()]) if series else pd.DataFrame(
-        {"x": [], "value": [], "run": []})
-    y_title = " / ".join(metrics)
-    figures = {"curves.png": curves_figure(long, "x", "value", "run", title=f"{y_title} vs {x}", x_label=x,
-                                           y_label=y_title)}
-    listing = ctx.store.list().set_index("run_id")
-    figures["parameters.png"] = final_tables(ctx, run_ids, False, listing, True)[2]  # no metrics read again
-    band_df, table_df = group_frames(ctx, run_ids, metrics[0], x, smoothing, listing) if grouped else (None, None)
-    if table_df is not None and (table_df["runs"] > 1).any():
-        figures["bands.png"] = bands_figure(band_df, x, metrics[0],
-                                            title=f"{metrics[0]}: mean over seeds, band = min to max")
     files = [os.path.join(folder, "configs.json"), os.path.join(folder, "metrics.csv")]
-    for name, fig in figures.items():
+    pd.Series({r: config.to_dict() for r, config in sel.configs.items()}).to_json(files[0], indent=2)
+    pd.concat([m.assign(run_id=r) for r, m in sel.metrics.items()]).to_csv(files[1], index=False)
+    for name, fig in export_figures(sel, metrics, x, smoothing, grouped, ctx.jobs.limits.max_live_points).items():
         files.append(os.path.join(folder, name))
         with open(files[-1], "wb") as fh:
             fh.write(to_png(fig))
     return gr.File(value=files, visible=True)
 
 
-def build_compare_tab(ctx: AppContext, note_source: Optional[NoteSource] = None) -> CompareTab:
-    """The tab. `note_source`: (a component, fn(ctx, its value, run ids) -> markdown) for the note above
-    the curves, e.g. the last preset's explanation while its runs are the ones picked."""
+@dataclass
+class Page:
+    """The tab's components: its controls, its views, and what only the events use."""
+    tab: gr.Tab
+    note: gr.Markdown
+    filters: list[gr.Dropdown]
+    refresh: gr.Button
+    table: gr.Dataframe
+    pick: gr.Dropdown
+    all_btn: gr.Button
+    metric: gr.Dropdown
+    xaxis: gr.Radio
+    smooth: gr.Slider
+    diff_only: gr.Checkbox
+    group: gr.Checkbox
+    views: dict[str, Any]  # render's outputs by name (ui/compare/render.py)
+    export_btn: gr.Button
+    files: gr.File
+
+    @property
+    def controls(self) -> list[Any]:
+        """render's inputs in `Controls.of`'s order (the page's state follows them)."""
+        return [*self.filters, self.pick, self.metric, self.xaxis, self.smooth, self.diff_only, self.group]
+
+
+def _selection_controls() -> tuple[list[gr.Dropdown], gr.Button, gr.Dataframe, gr.Dropdown, gr.Button]:
+    """The filters, the stored-runs table and the run picker."""
+    with gr.Row():
+        filters = [gr.Dropdown(list(vals), multiselect=True, label=FILTER_LABELS[col], value=[], min_width=160)
+                   for col, vals in FILTERS.items()]
+        refresh = gr.Button("Refresh", size="sm", scale=0, elem_id="compare-refresh")
+    table = gr.Dataframe(pd.DataFrame(columns=list(TABLE_COLS.values())), label="Stored runs", interactive=False,
+                         max_height=260, elem_id="runs-table")
+    with gr.Row():
+        pick = gr.Dropdown([], multiselect=True, label="Runs to compare", scale=4, elem_id="compare-pick",
+                           allow_custom_value=True, min_width=240)
+        all_btn = gr.Button("Select all shown", size="sm", scale=0)
+    return filters, refresh, table, pick, all_btn
+
+
+def _curve_controls() -> tuple[gr.Dropdown, gr.Radio, gr.Slider, gr.Checkbox, gr.Checkbox]:
+    """The curves drawn, the x-axis, the smoothing, the config diff and the seed grouping."""
+    with gr.Row():
+        metric = gr.Dropdown(list(CURVES), value=DEFAULT_CURVES, multiselect=True, label="Curves",
+                             elem_id="compare-metric", min_width=260,
+                             info="Pick several to overlay them (e.g. train and held-out accuracy).")
+        xaxis = gr.Radio(list(X_AXES), value="step", label="x-axis", min_width=200, elem_id="compare-xaxis")
+        smooth = gr.Slider(0, 0.99, value=SMOOTHING, step=0.01, label="Smoothing (batch loss)",
+                           elem_id="compare-smoothing", min_width=200, info="0 shows each step's own batch loss.")
+        with gr.Column(min_width=200):
+            diff_only = gr.Checkbox(value=True, label="Configuration: differences only", elem_id="compare-diff")
+            group = gr.Checkbox(value=True, label="Group seed repeats", elem_id="compare-group",
+                                info="Runs that differ only in their seed: mean curve and min-max band.")
+    return metric, xaxis, smooth, diff_only, group
+
+
+def _views() -> dict[str, Any]:
+    """The views that render draws, by its output names (the note, the table, the picker and the files are
+    laid out elsewhere and added by the caller)."""
+    return {
+        "stability": gr.Plot(label="Stability map", show_label=False, visible=False, elem_id="compare-stability"),
+        "bands": gr.Plot(label="Seed repeats: mean and min-max band", show_label=False, visible=False,
+                         elem_id="compare-bands"),
+        "groups": gr.Dataframe(pd.DataFrame(columns=GROUP_COLS), interactive=False, visible=False,
+                               label="Final metrics by group: mean [min, max] over seeds", elem_id="compare-groups"),
+        "curves": gr.Plot(label="Selected runs", show_label=False, elem_id="compare-curves"),
+        "finals": gr.Dataframe(pd.DataFrame(columns=["run", *FINALS.values()]), label="Final metrics",
+                               interactive=False, elem_id="compare-finals"),
+        "configs": gr.Dataframe(pd.DataFrame(columns=["run"]), label="Configuration", interactive=False,
+                                elem_id="compare-configs"),
+        "params": gr.Plot(label="Parameters per component", show_label=False, visible=False,
+                          elem_id="compare-params")}
+
+
+def _lay_out(ctx: AppContext) -> Page:
+    """The tab and its components, top to bottom."""
     with gr.Tab("Compare", id="compare") as tab:
         gr.Markdown("Pick any number of stored runs to overlay their curves and see what differs between them.")
         note = gr.Markdown("", elem_id="compare-note")
-        with gr.Row():
-            filters = [gr.Dropdown(list(vals), multiselect=True, label=FILTER_LABELS[col], value=[], min_width=160)
-                       for col, vals in FILTERS.items()]
-            refresh = gr.Button("Refresh", size="sm", scale=0, elem_id="compare-refresh")
-        table = gr.Dataframe(pd.DataFrame(columns=list(TABLE_COLS.values())), label="Stored runs", interactive=False,
-                             max_height=260, elem_id="runs-table")
-        with gr.Row():
-            pick = gr.Dropdown([], multiselect=True, label="Runs to compare", scale=4, elem_id="compare-pick",
-                               allow_custom_value=True, min_width=240)
-            all_btn = gr.Button("Select all shown", size="sm", scale=0)
-        with gr.Row():
-            metric = gr.Dropdown(list(CURVES), value=DEFAULT_CURVES, multiselect=True, label="Curves",
-                                 elem_id="compare-metric", min_width=260,
-                                 info="Pick several to overlay them (e.g. train and held-out accuracy).")
-            xaxis = gr.Radio(list(X_AXES), value="step", label="x-axis", min_width=200, elem_id="compare-xaxis")
-            smooth = gr.Slider(0, 0.99, value=SMOOTHING, step=0.01, label="Smoothing (batch loss)",
-                               elem_id="compare-smoothing", min_width=200, info="0 shows each step's own batch loss.")
-            with gr.Column(min_width=200):
-                diff_only = gr.Checkbox(value=True, label="Configuration: differences only", elem_id="compare-diff")
-                group = gr.Checkbox(value=True, label="Group seed repeats", elem_id="compare-group",
-                                    info="Runs that differ only in their seed: mean curve and min-max band.")
-        stability_fig = gr.Plot(label="Stability map", show_label=False, visible=False, elem_id="compare-stability")
-        bands = gr.Plot(label="Seed repeats: mean and min-max band", show_label=False, visible=False,
-                        elem_id="compare-bands")
-        groups = gr.Dataframe(pd.DataFrame(columns=GROUP_COLS), interactive=False, visible=False,
-                              label="Final metrics by group: mean [min, max] over seeds", elem_id="compare-groups")
-        curves = gr.Plot(label="Selected runs", show_label=False, elem_id="compare-curves")
-        finals = gr.Dataframe(pd.DataFrame(columns=["run", *FINALS.values()]), label="Final metrics",
-                              interactive=False, elem_id="compare-finals")
-        configs = gr.Dataframe(pd.DataFrame(columns=["run"]), label="Configuration", interactive=False,
-                               elem_id="compare-configs")
-        params = gr.Plot(label="Parameters per component", show_label=False, visible=False, elem_id="compare-params")
+        filters, refresh, table, pick, all_btn = _selection_controls()
+        metric, xaxis, smooth, diff_only, group = _curve_controls()
+        views = _views()
         export_btn = gr.Button("Export selection (config JSON, metrics CSV, figures PNG)", size="sm")
         files = gr.File(label="Exported files", file_count="multiple", interactive=False, visible=False,
                         elem_id="compare-files")
-        timer = gr.Timer(LIVE_POLL_S, active=False)
-        shown = gr.State({})  # what the page shows now (ui/compare/render.py): a call sends only what changed
+        views.update(table=table, pick=pick, files=files, note=note, timer=gr.Timer(LIVE_POLL_S, active=False),
+                     shown=gr.State({}))  # shown: what the page shows now (ui/compare/render.py)
         build_publish_panel(ctx, pick)
+    return Page(tab, note, filters, refresh, table, pick, all_btn, metric, xaxis, smooth, diff_only, group, views,
+                export_btn, files)
 
-    outputs = {"table": table, "pick": pick, "curves": curves, "finals": finals, "configs": configs,
-               "params": params, "stability": stability_fig, "bands": bands, "groups": groups, "files": files,
-               "timer": timer, "note": note,
-               "shown": shown}
+
+def _wire_render(ctx: AppContext, page: Page, note_source: Optional[NoteSource]) -> None:
+    """One event draws every view (see the module's docstring): any control, Refresh, the tab, the timer."""
+    outputs = page.views
     note_input = [note_source[0]] if note_source else []
     note_fn: Optional[Callable] = note_source[1] if note_source else None
+    n = len(page.controls)
 
     @errors_as_messages
     def on_change(*args: Any) -> dict:
-        *fs, run_ids, metrics, x, smoothing, diff, grouped, state = args[:len(FILTERS) + 7]
+        *fs, run_ids, metrics, x, smoothing, diff, grouped, state = args[:n + 1]
         controls = Controls.of(fs, run_ids, metrics, x, smoothing, diff, grouped)
-        note_value = args[len(FILTERS) + 7] if note_fn else None
+        note_value = args[n + 1] if note_fn else None
         views = render(ctx, controls, state if isinstance(state, dict) else {},
                        (lambda ids: note_fn(ctx, note_value, ids)) if note_fn else None)
         return {outputs[name]: value for name, value in views.items()}
 
-    triggers = [c.change for c in (*filters, pick, metric, xaxis, smooth, diff_only, group)]
-    gr.on(triggers + [refresh.click, tab.select, timer.tick],
+    triggers = [c.change for c in page.controls] + [page.refresh.click, page.tab.select, outputs["timer"].tick]
+    gr.on(triggers,
           with_api_params(on_change, FILTER_PARAMS + ["run_ids", "metric", "x", "smoothing", "diff_only", "grouped",
                                                       "shown"] + (["last_preset"] if note_fn else [])),
-          inputs=[*filters, pick, metric, xaxis, smooth, diff_only, group, shown, *note_input],
-          outputs=list(outputs.values()), api_name="compare", trigger_mode="always_last", show_progress="hidden")
+          inputs=[*page.controls, outputs["shown"], *note_input], outputs=list(outputs.values()), api_name="compare",
+          trigger_mode="always_last", show_progress="hidden")
 
+
+def _wire_buttons(ctx: AppContext, page: Page) -> None:
+    """Select all shown, and Export: endpoints a script calls too (/select_all, /export)."""
     @errors_as_messages
-    def on_all(*fs: Any):
-        return gr.Dropdown(value=[r for _, r in choices(filtered(ctx, list(fs)))])
+    def on_all(*fs: Any) -> Any:
+        return gr.Dropdown(value=[r for _, r in choices(only(ctx.store.list(), list(fs)))])
 
-    all_btn.click(with_api_params(on_all, FILTER_PARAMS), inputs=filters, outputs=pick, api_name="select_all")
-    export_btn.click(with_api_params(errors_as_messages(lambda *a: export(ctx, *a)),
-                                     ["run_ids", "metric", "x", "smoothing", "grouped"]),
-                     inputs=[pick, metric, xaxis, smooth, group], outputs=files, api_name="export")
-    return CompareTab(tab, pick, metric, group, note, curves)
+    page.all_btn.click(with_api_params(on_all, FILTER_PARAMS), inputs=page.filters, outputs=page.pick,
+                       api_name="select_all")
+    page.export_btn.click(with_api_params(errors_as_messages(lambda *a: export(ctx, *a)),
+                                          ["run_ids", "metric", "x", "smoothing", "grouped"]),
+                          inputs=[page.pick, page.metric, page.xaxis, page.smooth, page.group], outputs=page.files,
+                          api_name="export")
+
+
+def build_compare_tab(ctx: AppContext, note_source: Optional[NoteSource] = None) -> CompareTab:
+    """The tab. `note_source`: (a component, fn(ctx, its value, run ids) -> markdown) for the note above
+    the curves, e.g. the last preset's explanation while its runs are the ones picked."""
+    page = _lay_out(ctx)
+    _wire_render(ctx, page, note_source)
+    _wire_buttons(ctx, page)
+    return CompareTab(page.tab, page.pick, page.metric, page.group, page.note, page.views["curves"])
