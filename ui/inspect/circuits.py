@@ -10,9 +10,9 @@ clean run into the corrupted one (the residual stream at a layer and position; o
 click on a cell shows that patch's answer and the patched run's attention, and outlines the cell's causal
 cone. The inputs are made from the task (Make from task) or typed; the grids follow the step slider.
 
-Like the interventions panel (ui/inspect/interventions.py), every control writes what it asked into one hidden action
-box in the browser, and one event draws from that box and the run the panel shows (a gr.State), so a run
-change merged into a later action is drawn as a run change and no part keeps another run's data.
+Its controls reach it through its action box (ui/inspect/actions.py); the one drawing event compares the run
+picked with the run the panel shows (a gr.State), so a run change merged into a later action is drawn as a
+run change and no part keeps another run's data.
 """
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from lab.tasks.batches import get_task
 from lab.teach.presets.results import eval_points, run_history
 from lab.views.plots import attention_grid
 from ui.common import AppContext, errors_as_messages
+from ui.inspect.actions import action_box, draw_from, read, write_cell_on, write_on
 from ui.inspect.attention import _md
 from ui.inspect.intervention_views import MapCache, final_model, table
 
@@ -47,23 +48,13 @@ NO_FOURIER = {"fourier_note": "", "fourier": gr.Plot(None, visible=False)}
 
 def parse_action(action: Any) -> tuple[str, Optional[tuple[int, int]]]:
     """The action box's value -> (trigger, the grid cell clicked or None): "cell 0.42\n1\n11" is a click on
-    the residual grid's row 1, position 11; "head 0.42\n1\n0" on layer 1 head 0."""
-    lines = str(action or "").split("\n")
-    trigger = lines[0].split(" ")[0]
-    trigger = trigger if trigger in TRIGGERS else ""
+    the residual grid's row 1, position 11; "head 0.42\n1\n0" on layer 1 head 0 (a row label may follow)."""
+    trigger, lines = read(action, TRIGGERS)
     try:
-        cell = (int(lines[1]), int(lines[2])) if len(lines) == 3 else None
+        cell = (int(lines[0]), int(lines[1])) if len(lines) >= 2 else None
     except ValueError:
         cell = None
     return trigger, cell
-
-
-def grid_action(kind: str, evt: gr.SelectData) -> Any:
-    """The action of a click on a patching grid's cell (its first column holds the row names: no cell)."""
-    index = evt.index
-    if not (isinstance(index, (list, tuple)) and len(index) == 2 and int(index[1]) >= 1):
-        return gr.skip()
-    return f"{kind} {random.random()}\n{int(index[0])}\n{int(index[1]) - 1}"
 
 
 def _history(ctx: AppContext, cache: MapCache, run_id: str) -> tuple[list, list]:
@@ -237,8 +228,30 @@ def panel_update(ctx: AppContext, cache: MapCache, action: Any, shown: Any, run_
 
 def build_circuits_panel(ctx: AppContext, run: gr.Dropdown, step: gr.Slider) -> None:
     """The panel's controls and its one drawing event, under the interventions panel."""
+    c: dict[str, Any] = {}  # output name -> component
+    role = roles_section(c)
+    buttons = patching_section(c)
+    c["shown"] = gr.State(None)  # the run the panel shows
+    action = action_box("circuits-action")  # what the last click or change asked
+    write_on(action, {"run": run.change, "step": step.release, "role": role.input, "make": buttons["make"].click,
+                      "patch": [buttons["patch"].click, c["clean"].submit, c["corrupt"].submit]},  # Enter patches
+             "circuits")
+    write_cell_on(c["residual"], action, "cell", "circuits_cell")
+    write_cell_on(c["heads"], action, "head", "circuits_head")
     cache = MapCache(size=8)
-    c: dict[str, Any] = {}
+
+    @errors_as_messages
+    def update(asked: Any, shown: Any, run_id: Any, step: Any, role: Any, clean: Any, corrupt: Any):
+        out = panel_update(ctx, cache, asked, shown, run_id, step, role, clean, corrupt)
+        return {c[k]: v for k, v in out.items()}
+
+    draw_from(action, update, [c["shown"], run, step, role, c["clean"], c["corrupt"]], [c[k] for k in OUTPUTS],
+              "circuits_view", [c["roles_fig"], c["fourier"], c["residual"], c["cell_attn"]])
+
+
+def roles_section(c: dict[str, Any]) -> gr.Radio:
+    """Head roles over training and, for modular addition, grokking's Fourier picture: adds the outputs to
+    `c`, returns the Head role control."""
     gr.Markdown("### Circuits forming: head roles over training")
     role = gr.Radio(list(SCORES), value="induction", label="Head role", elem_id="circuits-role",
                     info="how much of each head's attention goes where the role would put it")
@@ -248,13 +261,19 @@ def build_circuits_panel(ctx: AppContext, run: gr.Dropdown, step: gr.Slider) -> 
     c["roles_fig"] = gr.Plot(show_label=False, visible=False, elem_id="circuits-roles-fig")
     c["fourier_note"] = gr.Markdown(elem_id="circuits-fourier-note")  # modular addition: grokking's Fourier picture
     c["fourier"] = gr.Plot(show_label=False, visible=False, elem_id="circuits-fourier")
+    return role
+
+
+def patching_section(c: dict[str, Any]) -> dict[str, gr.Button]:
+    """Activation patching: the two inputs, the two grids, a clicked cell's answer and attention; adds them
+    to `c`, returns the buttons by action name."""
     gr.Markdown("### Activation patching")
     with gr.Row():
         c["clean"] = gr.Textbox(label="Clean input", max_lines=1, min_width=260, elem_id="circuits-clean")
         c["corrupt"] = gr.Textbox(label="Corrupted input", max_lines=1, min_width=260, elem_id="circuits-corrupt")
     with gr.Row():
-        make_btn = gr.Button("Make from task", elem_id="circuits-make")
-        patch_btn = gr.Button("Patch", variant="primary", elem_id="circuits-patch")
+        buttons = {"make": gr.Button("Make from task", elem_id="circuits-make"),
+                   "patch": gr.Button("Patch", variant="primary", elem_id="circuits-patch")}
     c["pair_note"] = gr.Markdown(elem_id="circuits-pair-note")
     c["residual"] = gr.Dataframe(label="Residual stream: patch one layer at one position (click a cell)",
                                  interactive=False, visible=False, elem_id="circuits-residual")
@@ -262,29 +281,4 @@ def build_circuits_panel(ctx: AppContext, run: gr.Dropdown, step: gr.Slider) -> 
                               interactive=False, visible=False, elem_id="circuits-heads")
     c["cell_note"] = gr.Markdown(elem_id="circuits-cell-note")
     c["cell_attn"] = gr.Plot(show_label=False, visible=False, elem_id="circuits-cell-attn")
-    c["shown"] = gr.State(None)  # the run the panel shows
-    action = gr.Textbox(visible=False, elem_id="circuits-action")  # what the last click or change asked
-
-    @errors_as_messages
-    def update(action: Any, shown: Any, run_id: Any, step: Any, role: Any, clean: Any, corrupt: Any):
-        out = panel_update(ctx, cache, action, shown, run_id, step, role, clean, corrupt)
-        return {c[k]: v for k, v in out.items()}
-
-    triggers = {"run": run.change, "step": step.release, "role": role.input, "make": make_btn.click,
-                "patch": patch_btn.click}
-    for name, trigger in triggers.items():
-        gr.on([trigger], None, None, action, js=f"() => '{name} ' + Math.random()", api_name=f"circuits_{name}",
-              show_progress="hidden")
-    for key in ("clean", "corrupt"):  # Enter in a box patches, as the button does
-        c[key].submit(None, None, action, js="() => 'patch ' + Math.random()", api_name=f"circuits_enter_{key}",
-                      show_progress="hidden")
-    def on_cell(evt: gr.SelectData) -> Any:
-        return grid_action("cell", evt)
-
-    def on_head(evt: gr.SelectData) -> Any:
-        return grid_action("head", evt)
-    c["residual"].select(on_cell, None, action, api_name="circuits_cell", show_progress="hidden")
-    c["heads"].select(on_head, None, action, api_name="circuits_head", show_progress="hidden")
-    action.change(update, inputs=[action, c["shown"], run, step, role, c["clean"], c["corrupt"]],
-                  outputs=[c[k] for k in OUTPUTS], api_name="circuits_view", trigger_mode="always_last",
-                  preprocess=False, show_progress_on=[c["roles_fig"], c["fourier"], c["residual"], c["cell_attn"]])
+    return buttons
