@@ -5,11 +5,11 @@ that head out); the logit lens. It runs on the weights at the Training step slid
 probe (the attention snapshots keep the weights of models up to 1M parameters, in float16), else on the
 run's final weights.
 
-One page event draws every panel (`panel_update`) from the action the last click or change wrote, so its
-draws apply in order, and the panels remember the run and input they show (a gr.State): an event that finds
-another run picked redraws every panel for it and applies nothing made with the previous run's controls, so
-no panel can keep another run's data. What each
-part shows is in ui/inspect/intervention_views.py; the API's endpoints (`/answer`, `/intervene`, `/importance`,
+Every click or change reaches the panel through its action box (ui/inspect/actions.py), and one event draws
+every part (`panel_update`); the panels remember the run and input they show (a gr.State): an event that
+finds another run picked redraws every part for it and applies nothing made with the previous run's
+controls, so no part can keep another run's data. What each part shows is in
+ui/inspect/intervention_views.py; the API's endpoints (`/answer`, `/intervene`, `/importance`,
 `/logit_lens`, `/generate`) take everything explicitly.
 """
 from __future__ import annotations
@@ -24,6 +24,7 @@ from lab.config import ConfigError, RunConfig
 from lab.model import Transformer
 from lab.views.probe_plots import head_at
 from ui.common import AppContext, errors_as_messages, with_api_params
+from ui.inspect.actions import action_box, draw_from, read, write_cell_on, write_on
 from ui.inspect.intervention_views import (API, KINDS, MAX_TEXT, MODES, POSITIONAL, SEE_NOTE, MapCache, ablated_parts,
                                 answer_parts, api_call, cleared, cleared_ablated, compute_maps, controls, final_model,
                                 generated_text, importance_parts, lens_parts, page_probe, spec_from, table)
@@ -39,18 +40,9 @@ STEP_NOTE = ("Weights at step {step} (kept with the attention snapshot, in float
 
 def parse_action(action: Any) -> tuple[str, Optional[tuple[str, str]]]:
     """The action box's value -> (trigger, the importance cell clicked or None): "apply 0.42" is Apply,
-    "cell 0.42\nlayer 1\nhead 0" a click on that cell (the number makes every click a change)."""
-    lines = str(action or "").split("\n")
-    trigger = lines[0].split(" ")[0]
-    return (trigger if trigger in TRIGGERS else ""), ((lines[1], lines[2]) if len(lines) == 3 else None)
-
-
-def cell_action(evt: gr.SelectData) -> Any:
-    """The action of a click on an importance grid cell: its row's label and its column's header."""
-    index, row = evt.index, evt.row_value
-    if not (isinstance(index, (list, tuple)) and len(index) == 2 and isinstance(row, list) and row):
-        return gr.skip()
-    return f"cell {random.random()}\n{row[0]}\nhead {int(index[1]) - 1}"
+    "cell 0.42\n1\n0\nlayer 1" a click on row 1's cell of head 0, that row being layer 1."""
+    trigger, lines = read(action, TRIGGERS)
+    return trigger, ((lines[2], f"head {lines[1]}") if trigger == "cell" and len(lines) == 3 else None)
 
 
 def sample_seed(seed: Any) -> Optional[int]:
@@ -148,8 +140,18 @@ def panel_update(ctx: AppContext, cache: MapCache, trigger: str, shown: Any, run
 def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, text: gr.Textbox,
                           step: gr.Slider) -> None:
     """The panel, under Inspect's attention: it follows the run, probe input and training step picked there."""
-    cache, c = MapCache(), {}  # c: output name -> component
-    c["shown"] = gr.State("")
+    c: dict[str, Any] = {"shown": gr.State("")}  # output name -> component
+    gen, gen_button = answer_section(c)
+    buttons = interventions_section(c) | importance_and_lens_section(c) | gen_button
+    action = action_box("intervene-action")  # what the last click or change asked
+    page = {"run_id": run, "source": source, "text": text, "step": step}
+    write_actions(action, page, buttons, c["grid"])
+    wire_panel(ctx, MapCache(), action, c, page | gen)
+
+
+def answer_section(c: dict[str, Any]) -> tuple[dict[str, Any], dict[str, gr.Button]]:
+    """The model's answer, intact and with the interventions, and free generation under them (decoder runs):
+    adds the outputs to `c`, returns the generation inputs by name and the Generate button by action name."""
     gr.Markdown("### The model's answer")
     c["weights_note"] = gr.Markdown(elem_id="answer-weights-note")
     with gr.Row():
@@ -160,18 +162,24 @@ def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, t
                                        elem_id=f"{name}-table")
     with gr.Column(visible=False) as c["gen_col"]:
         with gr.Row():
-            prompt = gr.Textbox(label="Prompt", placeholder="e.g. 5 9 2 7 5 9", max_lines=1, max_length=MAX_TEXT,
-                                scale=3, min_width=240, elem_id="generate-prompt")
-            temperature = gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)", min_width=200,
-                                    elem_id="generate-temperature")
-            n_tokens = gr.Slider(1, 200, value=20, step=1, label="Tokens to generate", min_width=200,
-                                 elem_id="generate-n")
-            seed = gr.Number(None, label="Sample seed", precision=0, minimum=0, min_width=140, elem_id="generate-seed",
-                             info="empty: a new sample each click")
-            gen_btn = gr.Button("Generate", min_width=120, elem_id="generate-btn")
+            gen = {"prompt": gr.Textbox(label="Prompt", placeholder="e.g. 5 9 2 7 5 9", max_lines=1,
+                                        max_length=MAX_TEXT, scale=3, min_width=240, elem_id="generate-prompt"),
+                   "temperature": gr.Slider(0, 2, value=0, step=0.05, label="Temperature (0 = greedy)",
+                                            min_width=200, elem_id="generate-temperature"),
+                   "n_tokens": gr.Slider(1, 200, value=20, step=1, label="Tokens to generate", min_width=200,
+                                         elem_id="generate-n"),
+                   "seed": gr.Number(None, label="Sample seed", precision=0, minimum=0, min_width=140,
+                                     elem_id="generate-seed", info="empty: a new sample each click")}
+            button = gr.Button("Generate", min_width=120, elem_id="generate-btn")
         c["gen_out"] = gr.Textbox(label="Generated (after the prompt)", interactive=False, lines=2,
                                   elem_id="generate-output")
         c["gen_note"] = gr.Markdown(elem_id="generate-seed-note")  # the seed used, to get the sample again
+    return gen, {"generate": button}
+
+
+def interventions_section(c: dict[str, Any]) -> dict[str, gr.Button]:
+    """The intervention controls, Apply and Reset, the held-out metrics and the attention under them: adds
+    the outputs to `c`, returns the buttons by action name."""
     gr.Markdown("### Interventions\nCompose them, then **Apply**. They act on the weights named above, at "
                 "inference (hooks on the model; the stored weights never change).")
     with gr.Row():
@@ -187,49 +195,56 @@ def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, t
         c["positional"] = gr.Radio(POSITIONAL, value="intact", label="Positional encoding", min_width=240,
                                    elem_id="intervene-pos")
     with gr.Row():
-        apply_btn = gr.Button("Apply", variant="primary", elem_id="intervene-apply")
-        reset_btn = gr.Button("Reset", elem_id="intervene-reset")
+        buttons = {"apply": gr.Button("Apply", variant="primary", elem_id="intervene-apply"),
+                   "reset": gr.Button("Reset", elem_id="intervene-reset")}
     c["applied_note"] = gr.Markdown(elem_id="intervene-note")
     c["metrics"] = gr.Dataframe(label="Held-out metrics", interactive=False, visible=False, elem_id="intervene-metrics")
     for k in KINDS:  # the figures carry their own titles
         c[f"attn_{k}"] = gr.Plot(show_label=False, visible=False, elem_id=f"ablated-attn-{k}")
+    return buttons
+
+
+def importance_and_lens_section(c: dict[str, Any]) -> dict[str, gr.Button]:
+    """The head importance grid (a click on a cell knocks that head out) and the logit lens: adds the
+    outputs to `c`, returns the importance button by action name."""
     gr.Markdown("### Head importance")
-    imp_btn = gr.Button("Compute head importance", elem_id="importance-btn")
+    button = gr.Button("Compute head importance", elem_id="importance-btn")
     c["grid_note"] = gr.Markdown(elem_id="importance-sentence")
     c["grid"] = gr.Dataframe(label="Head importance (click a cell to knock that head out)", interactive=False,
                              visible=False, elem_id="importance-grid")
     gr.Markdown("### Logit lens")
     c["lens_note"] = gr.Markdown(elem_id="lens-note")
     c["lens"] = gr.Plot(show_label=False, visible=False, elem_id="logit-lens")
+    return {"importance": button}
 
-    c["action"] = gr.Textbox(visible=False, elem_id="intervene-action")  # what the last click or change asked
 
+def write_actions(action: gr.Textbox, page: dict[str, Any], buttons: dict[str, gr.Button],
+                  grid: gr.Dataframe) -> None:
+    """Inspect's controls above the panel, the panel's buttons and a click on an importance cell write their
+    action into the panel's box (ui/inspect/actions.py)."""
+    write_on(action, {"run": page["run_id"].change, "source": page["source"].input, "text": page["text"].submit,
+                      "step": page["step"].release} | {name: b.click for name, b in buttons.items()}, "action")
+    write_cell_on(grid, action, "cell", "importance_cell")
+
+
+def wire_panel(ctx: AppContext, cache: MapCache, action: gr.Textbox, c: dict[str, Any],
+               page: dict[str, Any]) -> None:
+    """The panel's one drawing event (`panel_update`, from the box) and the API's endpoints, which take
+    everything explicitly (no trigger on the page). `page`: Inspect's controls and the generation inputs."""
     @errors_as_messages
-    def update(action: Any, shown: Any, run_id: Any, source: Any, text: Any, heads: Any, mode: Any, skip_ff: Any,
+    def update(asked: Any, shown: Any, run_id: Any, source: Any, text: Any, heads: Any, mode: Any, skip_ff: Any,
                skip_block: Any, positional: Any, prompt: Any, temperature: Any, n_tokens: Any, step: Any,
                seed: Any = None):
-        trigger, cell = parse_action(action)
+        trigger, cell = parse_action(asked)
         out = panel_update(ctx, cache, trigger, shown, run_id, source, text, heads, mode, skip_ff, skip_block,
                            positional, prompt, temperature, n_tokens, cell, step, seed)
         return {c[k]: v for k, v in out.items()}
 
-    # Every trigger writes its action into one box (in the browser, at once), and one event draws from it, so
-    # the draws apply in order. While a draw runs, later triggers are deferred to one re-run that Gradio starts
-    # without their event data: the box still holds the last action, and `shown` what the panels show.
-    triggers = {"run": run.change, "source": source.input, "text": text.submit, "step": step.release,
-                "apply": apply_btn.click,
-                "reset": reset_btn.click, "importance": imp_btn.click, "generate": gen_btn.click}
-    for name, trigger in triggers.items():
-        gr.on([trigger], None, None, c["action"], js=f"() => '{name} ' + Math.random()", api_name=f"action_{name}")
-    c["grid"].select(cell_action, None, c["action"], api_name="importance_cell", show_progress="hidden")
-    inputs = [c["action"], c["shown"], run, source, text, c["heads"], c["mode"], c["skip_ff"], c["skip_block"],
-              c["positional"], prompt, temperature, n_tokens, step, seed]
-    # preprocess=False: the checks name the field
-    c["action"].change(update, inputs=inputs, outputs=list(c.values()), api_name="intervene_view",
-                       trigger_mode="always_last", preprocess=False,
-                       show_progress_on=[c["answer"], c["metrics"], c["grid"], c["lens"], c["gen_out"]])
-    by_name = {"run_id": run, "source": source, "text": text, "prompt": prompt, "temperature": temperature,
-               "n_tokens": n_tokens} | c
+    by_name = page | c
+    inputs = [by_name[k] for k in ("shown", "run_id", "source", "text", "heads", "mode", "skip_ff", "skip_block",
+                                   "positional", "prompt", "temperature", "n_tokens", "step", "seed")]
+    draw_from(action, update, inputs, list(c.values()), "intervene_view",
+              [c["answer"], c["metrics"], c["grid"], c["lens"], c["gen_out"]])
     for name, (params, outs) in API.items():  # API only: no trigger on the page
         fn = errors_as_messages(lambda *a, n=name: api_call(ctx, cache, n, *a))
         gr.on([], with_api_params(fn, params), inputs=[by_name[p] for p in params], outputs=[c[o] for o in outs],
