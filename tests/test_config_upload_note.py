@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Optional
 
 import gradio as gr
 import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from ui.knobs import KNOB_KEYS, values_from_config
-from ui.share import load_config_file
+from ui.share import MAX_UPLOAD_BYTES, load_config
 
 REFUSED = "Nothing was loaded: the controls keep their values."
 GOOD = RunConfig(model=ModelConfig(n_layers=3, n_heads=2, d_model=32, d_ff=64), task=TaskConfig(name="sort"),
@@ -32,10 +33,20 @@ def files(folder: Path) -> dict[str, Path]:
     return {name: folder / name for name in out}
 
 
-def upload(path: Path, name: str | None = None) -> tuple[list, str]:
-    *knobs, note = load_config_file({"path": str(path), "orig_name": name or path.name})
-    assert len(knobs) == len(KNOB_KEYS)
-    return knobs, note
+def load(file: Any, max_bytes: int = MAX_UPLOAD_BYTES) -> tuple[Optional[dict[str, Any]], str]:
+    """What the upload event (ui.share.load_config) answers: the value it sets each knob to, by key (None when
+    it sets none: every control keeps its value), and the note."""
+    with gr.Blocks():
+        widgets = {k: gr.Textbox() for k in KNOB_KEYS}
+        note = gr.Markdown()
+    out = load_config(widgets, note, max_bytes, file)
+    knobs = {k: out[w]["value"] for k, w in widgets.items() if w in out}
+    assert len(knobs) in (0, len(KNOB_KEYS)), knobs  # every knob or none
+    return knobs or None, out[note]
+
+
+def upload(path: Path, name: str | None = None) -> tuple[Optional[dict[str, Any]], str]:
+    return load({"path": str(path), "orig_name": name or path.name})
 
 
 def test_each_uploads_note_is_about_that_upload_whatever_its_name(tmp_path):
@@ -43,7 +54,7 @@ def test_each_uploads_note_is_about_that_upload_whatever_its_name(tmp_path):
     knobs, note = upload(paths["good.json"])
     assert note == ("Loaded 'good.json': task sort, decoder, 3 layers x 2 heads, seed 7. The controls now hold its "
                     "configuration; press Start to train it.")
-    assert dict(zip(KNOB_KEYS, (k["value"] for k in knobs))) == values_from_config(GOOD)
+    assert knobs == values_from_config(GOOD)
     expected = {  # the note's start for each refused file: the field by its label, the file by its name
         "picture.png": "⚠️ **config file** in 'picture.png': is not a JSON file (allowed: a .json file saved by "
                        "this app)",
@@ -54,7 +65,7 @@ def test_each_uploads_note_is_about_that_upload_whatever_its_name(tmp_path):
     }
     for name, start in expected.items():
         knobs, note = upload(paths[name])
-        assert all(isinstance(k, type(gr.skip())) for k in knobs), name  # every control keeps its value
+        assert knobs is None, name  # every control keeps its value
         assert note.startswith(start) and note.endswith(REFUSED), note
         assert ".." not in note and "\n" not in note and "good.json" not in note
     assert upload(paths["seed9.json"])[1].startswith("Loaded 'seed9.json': task sort, decoder, 3 layers x 2 heads, "
@@ -65,11 +76,11 @@ def test_each_uploads_note_is_about_that_upload_whatever_its_name(tmp_path):
 
 
 def test_no_file_and_an_oversized_file_are_refused_in_the_note(tmp_path):
-    *knobs, note = load_config_file(None)
+    knobs, note = load(None)
     assert note == f"⚠️ **config file**: no file was uploaded. {REFUSED}"
     big = tmp_path / "big.json"
     big.write_bytes(b"{" + b" " * 2000 + b"}")
-    *_, note = load_config_file(str(big), max_bytes=1000)
+    knobs, note = load(str(big), max_bytes=1000)
     assert note.startswith("⚠️ **config file** in 'big.json': is 2,002 bytes (allowed: at most 1,000") and \
         note.endswith(REFUSED)
 

@@ -93,13 +93,6 @@ def load_config(widgets: dict[str, gr.components.Component], note: gr.Markdown, 
     return {note: said} | {widgets[k]: gr.update(value=v) for k, v in (values or {}).items()}
 
 
-def load_config_file(file: Any, max_bytes: int = MAX_UPLOAD_BYTES) -> list:
-    """The upload's outputs as an API client reads them: a value for each knob (KNOB_KEYS order; gr.skip()
-    for each when the file is refused, so the controls keep their values), then the note about this file."""
-    values, said = config_upload(file, max_bytes)
-    return [gr.skip() if values is None else gr.update(value=values[k]) for k in KNOB_KEYS] + [said]
-
-
 def config_upload(file: Any, max_bytes: int = MAX_UPLOAD_BYTES) -> tuple[Optional[dict[str, Any]], str]:
     """(the knobs' values by key from an uploaded config, or None when it is refused; the note under the button,
     about this file). `file` is what gradio sends with preprocess=False (a dict with `path` and `orig_name`) or a
