@@ -24,7 +24,7 @@ from lab.engine.limits import Limits
 from lab.engine.store import RunStore
 from lab.views.analysis import pca_type
 from lab.views.curve_figures import warm_up
-from ui.common import AppContext
+from ui.common import PRIVATE, AppContext
 from ui.compare.tab import build_compare_tab
 from ui.inspect.tab import build_inspect_tab
 from ui.learn import build_learn_tab
@@ -89,7 +89,7 @@ def build_demo(store: Optional[RunStore] = None, jobs: Optional[JobManager] = No
         presets.wire(tabs, compare, my_runs, owner)
         demo.load(train.on_load, inputs=train.load_inputs, outputs=train.load_outputs, api_name="load")
         demo.load(presets.on_load, inputs=presets.last, outputs=[presets.status, presets.timer],
-                  api_name="load_presets")
+                  api_name="load_presets", api_visibility=PRIVATE)
     # an explicit size: on ZeroGPU Gradio would take max_size=1 and refuse a class ("Queue is full")
     demo.queue(default_concurrency_limit=8, max_size=default_queue_size())
     demo.lab_context = ctx  # for tests and the launcher; not read by callbacks

@@ -8,7 +8,7 @@ import inspect
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Literal, Optional
 
 import gradio as gr
 
@@ -18,6 +18,7 @@ from lab.engine.limits import valid_owner
 from lab.engine.store import RunIdError, RunStore
 
 log = logging.getLogger("lab.app")
+PRIVATE: Literal["private"] = "private"  # api_visibility of a listener that only wires the page: not in the app's API
 
 
 @dataclass(frozen=True)

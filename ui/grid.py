@@ -16,7 +16,7 @@ import gradio as gr
 
 from lab.config import ConfigError, in_words
 from lab.engine.grid import AXES, MAX_AXES, MAX_RUNS, build_grid
-from ui.common import AppContext, Outputs, errors_as_messages, kept, remember_runs, with_api_params
+from ui.common import PRIVATE, AppContext, Outputs, errors_as_messages, kept, remember_runs, with_api_params
 from ui.compare.tab import opening
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values
 
@@ -137,7 +137,7 @@ def build_grid_panel(ctx: AppContext, widgets: dict, my_runs: gr.BrowserState,
     on_axis = f"(axis, text) => (axis && !String(text || '').trim()) ? ({json.dumps(EXAMPLES)}[axis] || '') : text"
     for i, (ax, box) in enumerate(zip(axes, values), start=1):
         ax.input(None, inputs=[ax, box], outputs=box, js=on_axis, api_name=f"grid_axis{i}_examples",
-                 show_progress="hidden")
+                 show_progress="hidden", api_visibility=PRIVATE)
     # API only: on the page the Train tab's one knob event draws the preview (ui/train.py `on_knobs_changed`)
     gr.on([], with_api_params(partial(on_preview, ctx), api_names()), inputs=knob_inputs + axis_inputs(panel),
           outputs=preview, api_name="grid_preview", show_progress="hidden", preprocess=False)

@@ -21,6 +21,7 @@ from lab.config import ConfigError, RunConfig, declared_fields
 from lab.derived import lengths_on_choosing, resolve
 from lab.fields import FieldInfo, shown
 from lab.tasks.shapes import SHAPES
+from ui.common import PRIVATE
 
 
 _MAKERS: dict[str, Callable[..., gr.components.Component]] = {
@@ -170,7 +171,7 @@ def wire_task_choice(widgets: dict[str, gr.components.Component]) -> None:
     task = widgets["task.name"]
     task.input(lambda *a: list(lengths_for_task(*a)), inputs=[task, *(widgets[k] for k in LENGTH_KEYS),
                widgets["task.text"]], outputs=[widgets[k] for k in LENGTH_KEYS], api_name="task_lengths", queue=False,
-               show_progress="hidden", preprocess=False)
+               show_progress="hidden", preprocess=False, api_visibility=PRIVATE)
 
 
 def values_from_config(cfg: RunConfig) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from lab.teach.lessons import Subject, default_subject
 from lab.teach.presets.results import run_history
 from lab.engine.storefs import RunNotFoundError
 from lab.views.run_labels import short_label
-from ui.common import AppContext, errors_as_messages, with_api_params
+from ui.common import PRIVATE, AppContext, errors_as_messages, with_api_params
 from ui.inspect.attention import run_choices
 
 NO_RUN = "(untrained default model)"  # never a run id: run ids start with a letter or digit
@@ -95,11 +95,12 @@ def build_learn_tab(ctx: AppContext) -> gr.Tab:
 
     draw = with_api_params(errors_as_messages(lambda *a: page_view(ctx, *a)), ["page", "run_id", "probe"])
     draw_io = dict(inputs=[pages, run, probe], outputs=[figure, source, caption])
-    tab.select(on_tab, inputs=run, outputs=run, api_name="learn_runs").then(
-        draw, **draw_io, api_name="learn_open", trigger_mode="always_last")
+    tab.select(on_tab, inputs=run, outputs=run, api_name="learn_runs", api_visibility=PRIVATE).then(
+        draw, **draw_io, api_name="learn_open", trigger_mode="always_last", api_visibility=PRIVATE)
     pages.change(with_api_params(errors_as_messages(lambda k: markdown(page(k))), ["page"]), inputs=pages, outputs=text,
                  api_name="learn_text").then(draw, **draw_io, api_name="learn_figure", trigger_mode="always_last")
-    gr.on([run.change, probe.submit], draw, **draw_io, api_name="learn_redraw", trigger_mode="always_last")
-    prev.click(with_api_params(lambda k: neighbour(k, -1), ["page"]), inputs=pages, outputs=pages, api_name="learn_prev")
-    nxt.click(with_api_params(lambda k: neighbour(k, 1), ["page"]), inputs=pages, outputs=pages, api_name="learn_next")
+    gr.on([run.change, probe.submit], draw, **draw_io, api_name="learn_redraw", trigger_mode="always_last",
+          api_visibility=PRIVATE)
+    prev.click(lambda k: neighbour(k, -1), inputs=pages, outputs=pages, api_name="learn_prev", api_visibility=PRIVATE)
+    nxt.click(lambda k: neighbour(k, 1), inputs=pages, outputs=pages, api_name="learn_next", api_visibility=PRIVATE)
     return tab

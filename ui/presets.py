@@ -28,7 +28,7 @@ from lab.teach.presets.catalog import PRESETS, Preset
 from lab.engine.store import FINISHED_STATES, LIVE_STATES  # a stopped run has its final evaluation
 from lab.engine.storefs import DamagedRunError, RunIdError, RunNotFoundError
 from lab.teach.presets.results import run_result, wanted
-from ui.common import AppContext, Outputs, errors_as_messages, kept, remember_runs
+from ui.common import PRIVATE, AppContext, Outputs, errors_as_messages, kept, remember_runs
 from ui.compare.tab import Opened
 from ui.compare.tab import opening as compare_opening
 
@@ -302,18 +302,19 @@ class PresetsTab:
         self.again.click(partial(run_again, ctx), inputs=[self.last, my_runs, owner], outputs=outputs,
                          api_name="preset_again")
         self.timer.tick(partial(preset_progress, ctx), inputs=self.last, outputs=[self.status, self.timer],
-                        api_name="preset_poll", show_progress="hidden")
+                        api_name="preset_poll", show_progress="hidden",
+                        api_visibility=PRIVATE)
         self.show.click(partial(show_preset, ctx), inputs=self.last, outputs=Opened.wired(**opens),
-                        api_name="preset_show")
+                        api_name="preset_show", api_visibility=PRIVATE)
         # the cards' estimates and last results follow the server: when the tab is opened, while a preset
         # trains, and once more when this browser's preset line changes (its last run finished: a tick's
         # card refresh may have read the store just before)
         on_cards = partial(preset_cards, ctx)
         self.tab.select(on_cards, inputs=owner, outputs=self.cards, api_name="preset_cards", show_progress="hidden")
         self.timer.tick(on_cards, inputs=owner, outputs=self.cards, api_name="preset_cards_poll",
-                        show_progress="hidden")
+                        show_progress="hidden", api_visibility=PRIVATE)
         self.status.change(on_cards, inputs=owner, outputs=self.cards, api_name="preset_cards_done",
-                           show_progress="hidden")
+                           show_progress="hidden", api_visibility=PRIVATE)
 
 
 def build_presets_tab(ctx: AppContext, last: gr.BrowserState) -> PresetsTab:

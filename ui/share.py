@@ -22,7 +22,7 @@ import gradio as gr
 from lab.config import ConfigError, RunConfig, in_words
 from lab.fields import shown
 from lab.textdata import MAX_CHARS
-from ui.common import errors_as_messages, with_api_params
+from ui.common import PRIVATE, errors_as_messages, with_api_params
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values, query_string, values_from_config
 
 MAX_UPLOAD_BYTES = 64 * 1024  # the default; a server passes its own (LAB_MAX_UPLOAD_KB, lab/engine/limits.py)
@@ -48,7 +48,7 @@ def build_share_panel(widgets: dict[str, gr.components.Component], max_bytes: in
     names = [k.url_key for k in KNOBS]
     link_btn.click(with_api_params(make_query, names + ["hide"]), inputs=inputs + [hide], outputs=query,
                    api_name="share_query", preprocess=False).then(  # raw values: config_from_values names a bad field
-        None, inputs=query, outputs=link, js=LINK_JS, api_name="share_link")
+        None, inputs=query, outputs=link, js=LINK_JS, api_name="share_link", api_visibility=PRIVATE)
     json_btn.click(with_api_params(download, names), inputs=inputs, outputs=json_file, api_name="download_config",
                    preprocess=False)
     # preprocess=False: gradio's own file-type check refused a .png with a message naming no field (and logged a

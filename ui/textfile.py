@@ -16,6 +16,7 @@ import gradio as gr
 from lab.config import ConfigError, in_words
 from lab.fields import shown
 from lab.textdata import MAX_CHARS, MIN_CHARS, check_text, training_unigram_entropy, vocabulary
+from ui.common import PRIVATE
 from ui.knobs import BY_KEY
 
 FIELD = "task.text"
@@ -86,7 +87,7 @@ def build_text_upload(widgets: dict[str, gr.components.Component]) -> list[gr.co
     note = gr.Markdown("", visible=visible, elem_id="text-upload-note")
     # preprocess=False: gradio's own file-type check would refuse a file with a message naming no field
     upload.upload(load_text_file, inputs=upload, outputs=[box, note], api_name="upload_text", preprocess=False,
-                  show_progress_on=[note])
+                  show_progress_on=[note], api_visibility=PRIVATE)
     return [box, upload, note]
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 
 import gradio as gr
 
-from ui.common import AppContext, with_api_params
+from ui.common import PRIVATE, AppContext, with_api_params
 from ui.gpu import gpu_available, wire_gpu_button
 from ui.grid import GridPanel, axis_inputs, build_grid_panel, on_preview
 from ui.knobs import KNOB_KEYS, KNOBS, TASK_SHOWN, build_widgets, config_from_values, shown_for_task, wire_task_choice
@@ -107,7 +107,7 @@ def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button])
     gr.on([], with_api_params(partial(validate, ctx=ctx), names), inputs=inputs, outputs=v.summary,
           api_name="validate", show_progress="hidden", preprocess=False)  # API only: see wire_knob_changes
     gr.on(changes, None, outputs=v.note, js="() => ''", show_progress="hidden", api_name="clear_start_note",
-          queue=False)  # a changed knob may be what a refused Start named: its note goes (in the browser)
+          queue=False, api_visibility=PRIVATE)  # a changed knob may be what a refused Start named: its note goes (in the browser)
     started = StartOut.wired(v, seed=v.widgets["train.seed"])
     v.start.click(with_api_params(partial(on_start, ctx), names + ["my_runs", "owner", "own_seed"]),
                   inputs=inputs + [v.my_runs, v.owner, v.own_seed], outputs=started, api_name="start",
@@ -129,13 +129,14 @@ def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button])
     # its note goes when the user shows another run or starts one (`.input`, not `.change`: a dropdown also
     # reports a change when its choices are refreshed, which would wipe a note just given)
     gr.on([v.run_pick.input, v.start.click], None, outputs=v.cont_note, js="() => ''", queue=False,
-          show_progress="hidden", api_name="clear_continue_note")
+          show_progress="hidden", api_name="clear_continue_note", api_visibility=PRIVATE)
     buttons["stop"].click(partial(on_stop, ctx), inputs=[v.run_pick, v.owner], outputs=v.progress, api_name="stop",
                           show_progress_on=[v.note])
     buttons["delete"].click(partial(on_delete_ask, ctx), inputs=[v.run_pick, v.owner],
                             outputs=[v.confirm_row, v.confirm_text],
                             api_name="delete_ask", show_progress_on=[v.note])
-    buttons["confirm_no"].click(lambda: gr.Row(visible=False), outputs=v.confirm_row, api_name="delete_cancel")
+    buttons["confirm_no"].click(lambda: gr.Row(visible=False), outputs=v.confirm_row, api_name="delete_cancel",
+                                api_visibility=PRIVATE)
     buttons["confirm_yes"].click(partial(on_delete, ctx), inputs=[v.run_pick, v.my_runs, v.owner],
                                  outputs=DeleteOut.wired(v), api_name="delete", show_progress_on=[v.note])
 
@@ -157,7 +158,8 @@ def wire_knob_changes(ctx: AppContext, v: TrainView, text_parts: list) -> None:
     watched = [v.widgets[k] for k in KNOB_KEYS] + axis_inputs(v.grid)
     gr.on([w.change for w in watched], partial(on_knobs_changed, ctx), inputs=watched,
           outputs=[v.summary, v.grid.preview, *(v.widgets[k.key] for k in TASK_SHOWN), *text_parts],
-          api_name="knobs_changed", show_progress="hidden", trigger_mode="always_last", preprocess=False)
+          api_name="knobs_changed", show_progress="hidden", trigger_mode="always_last", preprocess=False,
+          api_visibility=PRIVATE)
 
 
 def _knob_panel() -> tuple[dict[str, gr.components.Component], list]:
