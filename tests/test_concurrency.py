@@ -56,6 +56,7 @@ def child_pid(store: RunStore, run_id: str, parent: int) -> int:
     return store.status(run_id)["pid"]
 
 
+@pytest.mark.app
 def test_process_mode_gives_the_same_run_as_thread_mode(store):
     ids = {}
     for mode in ("thread", "process"):

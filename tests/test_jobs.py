@@ -187,6 +187,7 @@ def test_max_concurrent_from_env(store, monkeypatch):
         JobManager(store, max_concurrent=0)
 
 
+@pytest.mark.app
 def test_real_training_through_job_manager(store):
     pytest.importorskip("lab.trainer")
     jm = JobManager(store, max_concurrent=1)

@@ -123,6 +123,7 @@ def test_start_refuses_a_bad_text_and_stores_nothing(demo, kind):
 
 
 # ---- a run's text goes through config.json and rebuilds the same task ---------------------------
+@pytest.mark.app
 def test_user_text_round_trips_through_config_json_and_rebuilds_the_task(tmp_path):
     cfg = tiny_config(TEXT)
     back = RunConfig.from_json(cfg.to_json())
