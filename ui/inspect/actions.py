@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Sequence, Union
 
 import gradio as gr
 
-PRIVATE = "private"  # api_visibility of the page's own listeners
+from ui.common import PRIVATE
 
 
 def action_box(elem_id: str) -> gr.Textbox:

@@ -14,8 +14,8 @@ import gradio as gr
 
 from lab.views.analysis import MAX_PROBE_CHARS
 from lab.views.plots import KIND_TITLES
-from ui.common import AppContext, errors_as_messages, kept, with_api_params
-from ui.inspect.actions import PRIVATE, action_box, draw_from, read, stamp, write_on
+from ui.common import PRIVATE, AppContext, errors_as_messages, kept, with_api_params
+from ui.inspect.actions import action_box, draw_from, read, stamp, write_on
 from ui.inspect.attention import (KINDS, SOURCES, TYPED_LABEL, Drawn, Shown, attention_figures,
                                   attention_view, positional_panel, run_choices, run_label, step_slider, typed_note)
 from ui.inspect.circuits import build_circuits_panel
@@ -167,7 +167,7 @@ def wire_views(ctx: AppContext, page: Page) -> None:
                trigger_mode="always_last", preprocess=False, api_visibility=PRIVATE)
     # the note follows the box as it changes (typed or pasted): it goes as soon as the input is fixed
     page.text.change(errors_as_messages(lambda *a: typed_note(ctx, *a)), inputs=[page.run, page.source, page.text],
-                     outputs=page.note, api_name="inspect_typed_note", trigger_mode="always_last", preprocess=False,
+                     outputs=page.note, api_name="check_typed_input", trigger_mode="always_last", preprocess=False,
                      show_progress="hidden", api_visibility=PRIVATE)
     b = page.sides["B"]
     b.pick.change(with_api_params(errors_as_messages(lambda r: positional_panel(ctx, r, "B")), ["run_id"]),
@@ -176,8 +176,7 @@ def wire_views(ctx: AppContext, page: Page) -> None:
 
 def wire_api(ctx: AppContext, page: Page) -> None:
     """Endpoints for API clients only (no trigger on the page): the heatmaps after a change, the slider's
-    snapshots, attention that refuses a bad input, the note on a typed input, a run's name and its
-    positional panel."""
+    snapshots, attention that refuses a bad input, and a run's positional panel (side A)."""
     run, params = page.run, ["run_id", "source", "text", "step"]
     gr.on([], with_api_params(errors_as_messages(lambda *a: attention_view(ctx, *a)), params), inputs=page.probe,
           outputs=page.shown_outputs(), api_name="attention_view", preprocess=False)
@@ -187,10 +186,6 @@ def wire_api(ctx: AppContext, page: Page) -> None:
     for name in ("attention_for_run", "attention"):
         gr.on([], draw, inputs=page.probe, outputs=Drawn.wired(**page.figures, caption=page.caption), api_name=name,
               preprocess=False)
-    gr.on([], with_api_params(errors_as_messages(lambda *a: typed_note(ctx, *a)), ["run_id", "source", "text"]),
-          inputs=[run, page.source, page.text], outputs=page.note, api_name="check_typed_input", preprocess=False)
-    gr.on([], with_api_params(errors_as_messages(lambda r: run_label(ctx, r)), ["run_id"]), inputs=run,
-          outputs=page.a_label, api_name="run_label", show_progress="hidden")
     a = page.sides["A"]
     gr.on([], with_api_params(errors_as_messages(lambda r: positional_panel(ctx, r, "A")), ["run_id"]),
           inputs=run, outputs=[a.pca, a.fig, a.note], api_name="positional_a")
