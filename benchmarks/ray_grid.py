@@ -9,7 +9,7 @@ What is timed: `python -m lab sweep --grid "pos=rope,alibi,learned,sinusoidal se
 copy task, 1 layer, d_model 32, 300 steps) as a user types it, from the command to its exit:
     local   --max-concurrent 2: two worker processes on this machine, one torch thread each
     ray     --ray ADDRESS: each run a Ray task, on a two-node cluster started on this machine (one CPU per
-            node, as the README's command starts it; started once, before the rounds, its start timed apart)
+            node, as docs/guide.md's command starts it; started once, before the rounds, its start timed apart)
 Both train two runs at a time with one thread each, so the difference is Ray's: connecting, shipping the
 `lab` package, scheduling a task per run, a worker process per task, streaming every record back to the
 driver. Rounds alternate local and Ray so both share the moment's load; the table gives each round and the

@@ -1,7 +1,7 @@
 """Every performance figure of the lab in one command: prints a table, writes benchmarks/RESULTS.md.
 
-    python benchmarks/run_all.py            # every figure, writes RESULTS.md: 10.5 min on a quiet 2-core machine
-    python benchmarks/run_all.py --quick    # shorter timings and caps (~5 min), for a smoke test
+    python benchmarks/run_all.py            # every figure, writes RESULTS.md
+    python benchmarks/run_all.py --quick    # shorter timings and caps, for a smoke test
     python benchmarks/run_all.py --only throughput,batched
 
 Sections: throughput against the hand-written baseline (S/M/L x every PE, benchmarks/throughput.py)

@@ -44,7 +44,7 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager:
 
 def set_threads(n: int) -> None:
     """Intra-op threads are process-wide; oversubscribing the cores slows steps many times over
-    (docs/SCIENCE.md)."""
+    (benchmarks/RESULTS.md, "Thread oversubscription")."""
     with _THREADS_LOCK:
         if torch.get_num_threads() != n:
             torch.set_num_threads(n)

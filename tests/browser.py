@@ -21,7 +21,7 @@ from tests.helpers import REPO
 CHROMIUM = os.environ.get("LAB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
-SHOTS = REPO / "docs" / "screenshots"  # the README's screenshots
+SHOTS = REPO / "docs" / "screenshots"  # the README's and the guide's screenshots
 VIEWPORT = {"width": 1400, "height": 1000}
 WAIT_MS = 120_000  # a shared 2-core host: training, rendering and polling all compete
 

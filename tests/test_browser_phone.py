@@ -1,6 +1,6 @@
 """The app on a phone (390 x 844, Chromium): every tab is reachable from the tab bar, Start is on the first
 screens of the Train tab, nothing is wider than the screen, and each tab is saved as a screenshot for the
-README (docs/screenshots/phone-*.png)."""
+guide (docs/guide.md, docs/screenshots/phone-*.png)."""
 from __future__ import annotations
 
 import pytest

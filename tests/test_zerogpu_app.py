@@ -3,7 +3,7 @@ device API (this machine has no ZeroGPU): the package imports and patches torch 
 offers Train on GPU, and when the device API has no GPU to give (HTTP 503, which the package turns into
 "ZeroGPU client error: No GPU was available": spaces zero/client.py), the click's run trains on in the CPU
 queue and the page says so in one sentence, in Chromium. What only a real Space shows (a real GPU in the forked process, real
-quotas) is listed in the README's Space section."""
+quotas) is listed in docs/classroom.md, "Deploying to a Hugging Face Space"."""
 from __future__ import annotations
 
 import sys

@@ -9,7 +9,7 @@ It imports torch once, then trains jobs one after another until the app closes t
   - End-of-file on the control pipe (the app died) marks the current job's runs interrupted and ends
     the process at once.
 One intra-op thread per worker when several run at once (oversubscribing the cores slows steps many
-times over: docs/SCIENCE.md).
+times over: benchmarks/RESULTS.md, "Thread oversubscription").
 """
 from __future__ import annotations
 

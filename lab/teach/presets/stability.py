@@ -5,7 +5,7 @@ Xiong et al. 2020, On Layer Normalization in the Transformer Architecture: the o
 needs a learning-rate warmup (its gradients near the output are large at initialisation), while pre-LN
 trains without one and tolerates larger learning rates. The grid: norm in {pre, post} x warmup in {0, 50,
 150} x learning rate in {3e-3, 1e-2, 3e-2, 1e-1}, 24 runs of a 4-layer model (d 64) sorting 12 symbols over
-10 for 200 steps with cosine decay. docs/SCIENCE.md ("Stability map") records what it measured.
+10 for 200 steps with cosine decay. benchmarks/RESULTS.md ("The presets as measured") records what it measured.
 """
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ perplexity (per word piece) and BLEU. This lab cannot translate; its nearest mea
 model's perplexity, so the toy experiment trains a character-level model on the built-in text (the `text`
 task: held-out perplexity = exp(held-out loss), lower is better), a task where every row's knob can matter:
 width and depth (capacity), heads and d_k (how many positions a layer can read at once), dropout (a small
-text is easy to memorise), positions (order matters in text). docs/SCIENCE.md records what each row
-measured and where it disagrees with the paper.
+text is easy to memorise), positions (order matters in text). What each row measured: benchmarks/RESULTS.md
+("Table 3 at toy scale"); where it disagrees with the paper: docs/SCIENCE.md.
 
 The rows kept are the ones whose values this project carries (docs/SCIENCE.md, "Table 3 at toy scale").
 The toy base has 3 layers (the paper's 6) and every width divided by 8 (d_model 64, 8 heads of d_k 8, d_ff

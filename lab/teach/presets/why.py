@@ -1,7 +1,7 @@
 """The paper's own questions as presets: why attention and not recurrence, why residual connections, why
-1/sqrt(d_k), and Table 3 at toy scale (its runs: lab/teach/presets/table3.py). Each explanation is written from the
-measured result and says so when the toy result differs from the paper's argument (docs/SCIENCE.md records
-what each measured). Registered with the others in lab/teach/presets/catalog.py.
+1/sqrt(d_k), and Table 3 at toy scale (its runs: lab/teach/presets/table3.py). Each explanation is written from
+the measured result and says so when the toy result differs from the paper's argument (what each measured:
+benchmarks/RESULTS.md, "The presets as measured"). Registered with the others in lab/teach/presets/catalog.py.
 """
 from __future__ import annotations
 
