@@ -12,8 +12,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from lab.params import param_breakdown
 from lab.config import RunConfig, flatten
-from lab.engine.grid import (AXES, MAX_RUNS, GridError, build_grid, group_runs, has_repeats, parse_values,
-                            varied_columns)
+from lab.engine.grid import AXES, MAX_RUNS, GridError, build_grid, parse_values
+from lab.views.seed_groups import group_runs, varied_columns
 from lab.engine.jobs import JobManager
 from lab.engine.recorder import record_run
 from lab.views.plots import bands_figure, params_figure, to_png
@@ -107,8 +107,8 @@ def test_group_runs_by_everything_but_the_seed():
     assert varied_columns(flat) == ["model.pos", "train.seed"]  # the name differs too but never counts
     groups = group_runs(flat)
     assert list(groups) == [(("model.pos", "rope"),), (("model.pos", "alibi"),)]
-    assert groups[(("model.pos", "rope"),)] == ["r0", "r1", "r2"] and has_repeats(flat)
-    assert not has_repeats({k: v for k, v in flat.items() if k in ("r0", "r3")})
+    assert groups[(("model.pos", "rope"),)] == ["r0", "r1", "r2"]  # seed repeats: a group of more than one run
+    assert all(len(g) == 1 for g in group_runs({k: v for k, v in flat.items() if k in ("r0", "r3")}).values())
 
 
 def test_band_is_mean_min_max_over_the_steps_every_run_reached():

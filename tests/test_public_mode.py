@@ -19,7 +19,8 @@ import pytest
 
 from lab.config import ConfigError
 from lab.engine.jobs import JobManager
-from lab.engine.limits import ENV_NAMES, LimitError, Limits, check_admission, count_params, thin, valid_owner
+from lab.engine.limits import ENV_NAMES, LimitError, Limits, check_admission, count_params, valid_owner
+from lab.views.curves import thin
 from lab.engine.store import RunIdError, RunStore
 from tests.helpers import FakeTrainer, compare_api, named, tiny_config, wait_for
 

@@ -13,7 +13,8 @@ import pytest
 
 from lab.config import RunConfig
 from lab.engine.environment import detect, ray_address, ray_gpus
-from lab.engine.grid import GridError, build_grid, parse_spec, parse_values, spread
+from lab.engine.grid import GridError, build_grid, parse_spec, parse_values
+from lab.views.seed_groups import spread
 from tests.helpers import CLI_TINY as TINY, REPO, lab
 
 # `import ray` fails in this interpreter, as where the optional requirements are not installed

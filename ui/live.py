@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 
 import pandas as pd
 
-from lab.engine.limits import thin
+from lab.views.curves import thin
 from lab.engine.sharing import provenance
 from lab.records import EXACT_MATCH, PREDICTABLE_ACC, TOKEN_ACC, Metric
 from lab.tasks.batches import get_task

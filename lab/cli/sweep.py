@@ -27,7 +27,8 @@ from typing import Any, Callable, Optional
 import pandas as pd
 
 from lab.config import ConfigError, RunConfig, flatten
-from lab.engine.grid import AXES, SWEEP_MAX_RUNS, build_grid, group_runs, parse_spec, spread
+from lab.engine.grid import AXES, SWEEP_MAX_RUNS, build_grid, parse_spec
+from lab.views.seed_groups import group_runs, spread
 from lab.records import EXACT_MATCH, LOSS
 
 METRICS = {f"final.eval.{LOSS}": "eval loss", f"final.eval.{EXACT_MATCH}": "exact-match",

@@ -1,6 +1,5 @@
-"""Ablation grids: axes x values -> named, validated run configs, and the grouping of seed repeats
-(`group_runs`, `spread`) that Compare draws as a mean curve with a min-max band (the band itself:
-lab/views/compare_frames.py) and the sweep's table summarises (no gradio here).
+"""Ablation grids: axes x values -> named, validated run configs (no gradio here). Their seed repeats are
+grouped by lab/views/seed_groups.py, for Compare's mean curve with a min-max band and the sweep's table.
 
 A grid varies one to three axes of a base config (the Train tab's knobs), or up to every axis from the
 command line (`python -m lab sweep --grid "pos=rope,alibi norm=pre,post seed=0..4"`, lab/cli/sweep.py,
@@ -16,9 +15,8 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Sequence
 
-import pandas as pd
 
 from lab.config import ConfigError, RunConfig, declared_fields
 from lab.derived import resolve, stated_in
@@ -169,39 +167,3 @@ def build_grid(base: RunConfig, axes: Sequence[tuple[str, Any]], max_runs: int =
             raise GridError(f"grid.{combo[0][0]}" if len(combo) == 1 else "grid",
                             f"{run_name(combo)} is invalid: {exc}") from None
     return cfgs
-
-
-# ---- grouping seed repeats ----------------------------------------------------------------------
-SEED = "train.seed"
-IGNORED = ("name",)  # columns that never make runs different
-
-
-def varied_columns(configs: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Config columns (flat, as lab.config.flatten) whose values differ between the runs: the grid's axes
-    first, in AXES order (as in run names), then the others in config order."""
-    frame = pd.DataFrame.from_dict(dict(configs), orient="index")
-    cols = [c for c in frame.columns if c not in IGNORED and frame[c].astype(str).nunique() > 1]
-    first = [a.field for a in AXES.values()]
-    return sorted(cols, key=lambda c: first.index(c) if c in first else len(first))
-
-
-def group_runs(configs: Mapping[str, Mapping[str, Any]]) -> dict[tuple, list[str]]:
-    """Runs whose configs are equal except for the seed (and name) -> one group; key = the group's values
-    of the varied columns other than the seed (in `varied_columns` order). Groups keep first-seen order."""
-    keys = [c for c in varied_columns(configs) if c != SEED]
-    groups: dict[tuple, list[str]] = {}
-    for run_id, cfg in configs.items():
-        groups.setdefault(tuple((k, cfg.get(k)) for k in keys), []).append(run_id)
-    return groups
-
-
-def has_repeats(configs: Mapping[str, Mapping[str, Any]]) -> bool:
-    return any(len(g) > 1 for g in group_runs(configs).values())
-
-
-def spread(values: Iterable[Any]) -> str:
-    """Final values of a group's runs as 'mean [min, max]' (one run: its value; none: "")."""
-    v = pd.to_numeric(pd.Series(list(values), dtype=object), errors="coerce").dropna()
-    if v.empty:
-        return ""
-    return f"{v.mean():.3f} [{v.min():.3f}, {v.max():.3f}]" if len(v) > 1 else f"{v.iloc[0]:.3f}"

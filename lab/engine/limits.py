@@ -31,8 +31,6 @@ import os
 from dataclasses import dataclass, fields
 from typing import Mapping, Optional
 
-import numpy as np
-import pandas as pd
 
 from lab.config import ConfigError, RunConfig
 
@@ -151,17 +149,3 @@ def valid_owner(owner: object) -> bool:
     """A user token: 8 to 64 characters from letters, digits, '_' and '-' (a uuid4 hex is 32)."""
     return (isinstance(owner, str) and 8 <= len(owner) <= 64
             and all(c.isascii() and (c.isalnum() or c in "_-") for c in owner))
-
-
-def thin(frame: pd.DataFrame, max_points: int, by: Optional[str] = None) -> pd.DataFrame:
-    """At most `max_points` evenly spaced rows (per group of `by`), first and last kept, order kept:
-    a live plot of a long run stays a fixed size in memory and on the wire."""
-    if max_points < 1:
-        raise ValueError(f"max_points: {max_points!r} is not a positive integer")
-    if by is not None:
-        parts = [thin(group, max_points) for _, group in frame.groupby(by, sort=False)]
-        return pd.concat(parts) if parts else frame
-    if len(frame) <= max_points:
-        return frame
-    keep = np.unique(np.linspace(0, len(frame) - 1, max_points).round().astype(int))
-    return frame.iloc[keep]

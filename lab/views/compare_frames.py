@@ -15,11 +15,10 @@ from typing import Any, Mapping, Optional, Sequence
 import pandas as pd
 
 from lab.config import RunConfig, declared_fields
-from lab.engine.grid import group_runs, spread
-from lab.engine.limits import thin
 from lab.engine.store import LIVE_STATES, RunStore
-from lab.views.curves import CURVES, RENAMED, X_AXES, curve
+from lab.views.curves import CURVES, RENAMED, X_AXES, curve, thin
 from lab.views.run_labels import CONFIG_PREFIXES, label_groups, label_runs, short_label
+from lab.views.seed_groups import group_runs, spread
 from lab.views.stability_map import StabilityMap, run_final, stability_map
 
 # the run table's config columns and the filters come from the fields' declarations (lab/config.py)
@@ -190,7 +189,7 @@ def band(curves: Sequence[pd.DataFrame]) -> pd.DataFrame:
 
 
 def seed_groups(sel: Selection, metric: str, x: str, smoothing: float) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Seed repeats grouped by the other varied config values (lab/engine/grid.py group_runs): band curves
+    """Seed repeats grouped by the other varied config values (lab/views/seed_groups.py group_runs): band curves
     (BAND_COLS) and a table of final metrics per group as 'mean [min, max]' over its runs (GROUP_COLS).
     Groups are named like their runs (lab/views/run_labels.py label_groups)."""
     rows, listing = sel.rows(), sel.listing

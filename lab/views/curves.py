@@ -2,6 +2,9 @@
 column it reads, the x-axes, the series colours, and one run's metric as an (x, value) frame."""
 from __future__ import annotations
 
+from typing import Optional
+
+import numpy as np
 import pandas as pd
 
 # Curve choices: label -> (record kind, column); each label says what it was measured on. "(batch)": each
@@ -72,3 +75,17 @@ def curve(metrics: pd.DataFrame, metric: str, x: str = "step", smoothing: float 
     if smoothing > 0 and len(df) and kind == "train":
         df["value"] = df["value"].ewm(alpha=1 - smoothing, adjust=True).mean()
     return df.reset_index(drop=True)
+
+
+def thin(frame: pd.DataFrame, max_points: int, by: Optional[str] = None) -> pd.DataFrame:
+    """At most `max_points` evenly spaced rows (per group of `by`), first and last kept, order kept:
+    a live plot of a long run stays a fixed size in memory and on the wire."""
+    if max_points < 1:
+        raise ValueError(f"max_points: {max_points!r} is not a positive integer")
+    if by is not None:
+        parts = [thin(group, max_points) for _, group in frame.groupby(by, sort=False)]
+        return pd.concat(parts) if parts else frame
+    if len(frame) <= max_points:
+        return frame
+    keep = np.unique(np.linspace(0, len(frame) - 1, max_points).round().astype(int))
+    return frame.iloc[keep]

@@ -155,7 +155,7 @@ def label_runs(rows: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
 
 def label_groups(groups: Mapping[tuple, list[str]], rows: Mapping[str, Mapping[str, Any]]) -> dict[tuple, str]:
     """Names of groups of seed repeats (key: ((column, value), ...) of the config fields that differ
-    between groups, as lab.engine.grid.group_runs; `rows`: their runs' listing rows), their runs' labels
+    between groups, as lab.views.seed_groups.group_runs; `rows`: their runs' listing rows), their runs' labels
     without the seed: the runs' own name when they share one, the same fields for runs without a name
     ('rope pre-LN (2 seeds)' for 'rope pre-LN s1 (a1b2c3)'), else the values that tell the groups apart. A group
     of runs started with "my own seed" is the class's band: '2 layers (class: 12 students)'."""

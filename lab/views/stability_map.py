@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional
 
 from lab.config import declared_fields
-from lab.engine.grid import SEED, varied_columns
+from lab.views.seed_groups import SEED, varied_columns
 from lab.engine.store import LIVE_STATES
 from lab.views.run_labels import FIELD_LABELS, compact
 
