@@ -2,7 +2,7 @@
 
 Gradio 6 lists every event listener whose api_visibility is "public" (the default) in the page's "Use via API"
 view and in /gradio_api/info. A listener that only wires the page (clearing a note, refreshing a label or the
-preset cards, a load hook, the action boxes and cell clicks of Inspect, select-all, a typed-input check) is
+preset cards, a load hook, the action boxes and cell clicks of Inspect, a typed-input check) is
 marked private (ui/common.py PRIVATE): a script could call it only to get a component update it has no use
 for, and every such listing is one more name for a user to read past and for the app to keep stable.
 """
@@ -43,6 +43,7 @@ PUBLIC = {  # endpoint -> why a script calls it
     "preset_cards": "every preset card's estimate and last result",
     # Compare
     "compare": "the curves, final metrics and configs of chosen runs",
+    "select_all": "the ids of the stored runs that pass Compare's filters",
     "export": "chosen runs' curves and metrics as files",
     "publish": "publishes chosen runs to the class's board",
     # Inspect
@@ -67,7 +68,7 @@ NEVER = {  # listeners of the page's own wiring, by kind: none of them may be li
     "clear_start_note", "clear_continue_note", "delete_cancel", "knobs_changed", "task_lengths", "share_link",
     "upload_text", "grid_axis1_examples", "load_presets", "preset_poll", "preset_show", "preset_cards_poll",
     "preset_cards_done", "learn_runs", "learn_open", "learn_redraw", "learn_prev", "learn_next",
-    "select_all", "run_label", "check_typed_input", "inspect_run", "inspect_view", "inspect_typed_note",
+    "run_label", "check_typed_input", "inspect_run", "inspect_view", "inspect_typed_note",
     "action_run", "action_apply", "importance_cell", "intervene_view", "circuits_view", "circuits_cell",
 }
 
