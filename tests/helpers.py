@@ -391,7 +391,7 @@ class FakeTrainer:
         import numpy as np
         import torch
 
-        from lab.records import EvalRecord, SnapshotRecord, StepRecord
+        from lab.records import DEC_SELF, EvalRecord, SnapshotRecord, StepRecord
         from lab.trainer import TrainResult  # the trainer's own result record
 
         emit = on_record or (lambda r: None)
@@ -404,7 +404,7 @@ class FakeTrainer:
                 raise RuntimeError("boom:\n  bad things")
             if self.gate is not None:
                 self.gate.wait(WAIT)
-            emit(SnapshotRecord(0, {"dec_self": np.full((1, 2, 3, 3), 1 / 3, np.float32)}))
+            emit(SnapshotRecord(0, {DEC_SELF: np.full((1, 2, 3, 3), 1 / 3, np.float32)}))
             step, stopped, t0 = 0, False, time.perf_counter()
             while step < cfg.train.steps:
                 if should_stop and should_stop():

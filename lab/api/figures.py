@@ -22,6 +22,7 @@ from lab.views import plots
 from lab.views.compare_figures import bands_png, curves_png
 from lab.views.compare_frames import Selection, curve_series, metric_list, read_selection, seed_groups, x_axis
 from lab.views.curves import CURVES, X_AXES
+from lab.records import DEC_SELF, AttentionKind
 
 METRICS = tuple(CURVES)  # "train loss (batch)", "held-out loss", "held-out exact-match", ...
 RunsLike = Sequence[Run | str] | Run | str
@@ -63,15 +64,14 @@ def bands_frame(runs: RunsLike, metric: str = "held-out loss", x: str = "step",
 
 
 def plot_attention(run: Run | str, text: Optional[str] = None, step: Optional[int] = None,
-                   kind: str = "dec_self", runs_dir: Optional[PathLike] = None) -> Figure:
+                   kind: AttentionKind = DEC_SELF, runs_dir: Optional[PathLike] = None) -> Figure:
     """Inspect's grid of attention heatmaps, a row per layer and a column per head, on the run's sampled probe
     or on `text`; `step`: the weights kept at that snapshot (`Run.snapshot_steps()`). Inside `Run.hooks`,
     the heads whose output is removed are hatched."""
     (r,) = load_runs(run, runs_dir)
     probe = r.probe(text)
     patterns = r.attention(text, step, kind)
-    labels_q = probe.src_labels if kind == "enc_self" else probe.dec_labels
-    labels_k = probe.src_labels if kind in ("enc_self", "cross") else probe.dec_labels
+    labels_q, labels_k = probe.axes(kind)
     spec = r.active_hooks
     silenced = spec.silenced(kind, patterns.shape[1]) if spec is not None and step is None else set()
     where = f"step {step}" if step is not None else "final weights"
@@ -98,7 +98,7 @@ def plot_pca(run: Run | str, step: Optional[int] = None, runs_dir: Optional[Path
     return plots.positional_figure(positional_view(r.config, weights), f"{r.name}: {r.config.model.pos}")
 
 
-def plot_importance(run: Run | str, mode: str = "zero", kind: str = "dec_self",
+def plot_importance(run: Run | str, mode: str = "zero", kind: AttentionKind = DEC_SELF,
                     runs_dir: Optional[PathLike] = None) -> Figure:
     """The head importance map: for each layer (row) and head (column), how much knocking out that head alone
     raises the held-out loss; the sentence under it names the head that matters most."""

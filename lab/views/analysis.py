@@ -17,6 +17,7 @@ from lab.config import ConfigError, RunConfig
 from lab.model import Transformer
 from lab.positional import build_positional
 from lab.tasks.batches import IGNORE_INDEX, Batch, get_task, probe
+from lab.records import CROSS, ENC_SELF, AttentionKind
 
 PROBE_SOURCES = ("sampled", "typed")  # the probe input: the task's fixed sample, or one the user types
 MAX_PROBE_CHARS = 1000  # characters of a typed probe (or a generation prompt) the app accepts
@@ -37,6 +38,12 @@ class ProbeInput:
     batch: Batch  # one sample
     src_labels: list[str]  # encoder tokens (empty for decoder-only)
     dec_labels: list[str]  # decoder input tokens
+
+    def axes(self, kind: AttentionKind) -> tuple[list[str], list[str]]:
+        """The token labels of an attention pattern of `kind`: (queries, keys). Cross-attention's queries
+        are the decoder's tokens and its keys the encoder's."""
+        queries = self.src_labels if kind == ENC_SELF else self.dec_labels
+        return queries, self.src_labels if kind in (ENC_SELF, CROSS) else self.dec_labels
 
 
 def labelled(cfg: RunConfig, batch: Batch) -> ProbeInput:

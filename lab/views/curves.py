@@ -7,6 +7,8 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from lab.records import EXACT_MATCH, LOSS, TOKEN_ACC
+
 # Curve choices: label -> (record kind, column); each label says what it was measured on. "(batch)": each
 # logged step's own training batch ("train" records); "train ...": a fixed set of samples of the training
 # distribution at each evaluation (modular addition's training pairs, the text's first 90%, fresh sequences
@@ -23,13 +25,13 @@ class _Curves(dict):
 
 
 CURVES = _Curves({
-    "train loss (batch)": ("train", "loss"),
+    "train loss (batch)": ("train", LOSS),
     "train loss": ("eval", "train_loss"),
-    "held-out loss": ("eval", "loss"),
+    "held-out loss": ("eval", LOSS),
     "train exact-match": ("eval", "train_exact_match"),
-    "held-out exact-match": ("eval", "exact_match"),
+    "held-out exact-match": ("eval", EXACT_MATCH),
     "train token accuracy": ("eval", "train_token_acc"),
-    "held-out token accuracy": ("eval", "token_acc"),
+    "held-out token accuracy": ("eval", TOKEN_ACC),
     "train accuracy (predictable positions)": ("eval", "train_predictable_acc"),
     "held-out accuracy (predictable positions)": ("eval", "predictable_acc"),
     "held-out loss (longer lengths)": ("eval", "ood_loss"),

@@ -18,11 +18,12 @@ from matplotlib.ticker import MaxNLocator
 
 from lab.params import COMPONENTS
 from lab.views.analysis import PositionalView
+from lab.records import CROSS, DEC_SELF, ENC_SELF
 
 KIND_TITLES = {
-    "enc_self": "Encoder self-attention",
-    "dec_self": "Decoder self-attention (masked)",
-    "cross": "Cross-attention (decoder queries, encoder keys)",
+    ENC_SELF: "Encoder self-attention",
+    DEC_SELF: "Decoder self-attention (masked)",
+    CROSS: "Cross-attention (decoder queries, encoder keys)",
 }
 MAX_TICKS = 24  # past this many tokens, label every k-th one so labels stay readable
 

@@ -19,11 +19,12 @@ from pandas.io.formats.style import Styler
 
 from lab.interventions import HeadRef
 from lab.views.probing import Answer, ImportanceMap, Lens
+from lab.records import CROSS, DEC_SELF, ENC_SELF, EXACT_MATCH, LOSS, TOKEN_ACC
 
 RIGHT, WRONG, MARK = "✓", "✗", "✓/✗"
 MARK_COLOURS = {RIGHT: "color: #1a7f37; font-weight: bold", WRONG: "color: #cf222e; font-weight: bold"}
-ROW_PREFIX = {"dec_self": "", "enc_self": "enc ", "cross": "cross "}  # importance rows: "layer 1", "enc layer 1"
-KIND_NAMES = {"dec_self": "", "enc_self": "encoder self-attention: ", "cross": "cross-attention: "}
+ROW_PREFIX = {DEC_SELF: "", ENC_SELF: "enc ", CROSS: "cross "}  # importance rows: "layer 1", "enc layer 1"
+KIND_NAMES = {DEC_SELF: "", ENC_SELF: "encoder self-attention: ", CROSS: "cross-attention: "}
 MAX_LENS_LABELS = 48  # past this many positions the lens cells are too narrow for a token label
 
 
@@ -64,8 +65,8 @@ def answer_summary(answer: Answer) -> str:
 
 
 # ---- held-out metrics, intact and intervened --------------------------------------------------------
-METRIC_ROWS = (("loss", "loss", "{:.3f}"), ("token accuracy", "token_acc", "{:.1%}"),
-               ("exact-match", "exact_match", "{:.1%}"),
+METRIC_ROWS = (("loss", LOSS, "{:.3f}"), ("token accuracy", TOKEN_ACC, "{:.1%}"),
+               ("exact-match", EXACT_MATCH, "{:.1%}"),
                ("accuracy (predictable positions)", "predictable_acc", "{:.1%}"))
 SPLIT_NAMES = {"eval": "training lengths", "ood": "longer lengths"}
 
@@ -75,7 +76,7 @@ def metrics_frame(report: dict) -> pd.DataFrame:
     them) and columns intact / with interventions: the metrics the report quotes for its task (a text run's
     loss alone, induction's loss and accuracy on the predictable positions), else loss, token accuracy and
     exact-match."""
-    keys = report.get("quoted") or ("loss", "token_acc", "exact_match")
+    keys = report.get("quoted") or (LOSS, TOKEN_ACC, EXACT_MATCH)
     rows = []
     for split, where in SPLIT_NAMES.items():
         intact, ablated = report["intact"].get(split), report["ablated"].get(split)
@@ -125,7 +126,7 @@ def head_at(row_label: str, column: str) -> Optional[HeadRef]:
     col = re.fullmatch(r"head (\d+)", str(column).strip())
     if row is None or col is None:
         return None
-    kind = {"enc": "enc_self", "cross": "cross", None: "dec_self"}[row.group(1)]
+    kind = {"enc": ENC_SELF, "cross": CROSS, None: DEC_SELF}[row.group(1)]
     return HeadRef(kind, int(row.group(2)), int(col.group(1)))
 
 

@@ -37,6 +37,7 @@ from lab.interventions import HeadRef, Interventions, applied, head_means, head_
 from lab.model import Transformer
 from lab.tasks.batches import IGNORE_INDEX, Batch, eval_batches, get_task
 from lab.tasks.shapes import headline_metrics, loss_baselines
+from lab.records import DEC_SELF, EXACT_MATCH, LOSS, TOKEN_ACC, AttentionKind
 
 HELD_OUT = 512  # at most this many held-out sequences per measurement (a map is one pass per head)
 MATTERS = 0.01  # nats: a change of held-out loss smaller than this is noise, and no ratio is taken of it
@@ -67,7 +68,7 @@ def quoted(task: str) -> tuple[str, ...]:
     a language-model task's headline metrics (text: "loss"; induction: "loss", "predictable_acc"), else
     "loss", "token_acc" and "exact_match"."""
     head = headline_metrics(task)
-    return head if get_task(task).lm else ("loss", "token_acc", "exact_match")
+    return head if get_task(task).lm else (LOSS, TOKEN_ACC, EXACT_MATCH)
 
 
 @torch.no_grad()
@@ -79,7 +80,7 @@ def metrics(model: Transformer, batches: list[Batch], task: str = "") -> Optiona
     if not batches:
         return None
     m = measure(model, batches, torch.device("cpu"), get_task(task).predictable if task else None)
-    out = {"loss": m.loss, "token_acc": m.token_acc, "exact_match": m.exact_match}
+    out = {LOSS: m.loss, TOKEN_ACC: m.token_acc, EXACT_MATCH: m.exact_match}
     return out if m.predictable_acc is None else out | {"predictable_acc": m.predictable_acc}
 
 
@@ -195,7 +196,7 @@ def generate(model: Transformer, cfg: RunConfig, prompt: torch.Tensor, n_tokens:
 # ---- head importance ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ImportanceMap:
-    kind: str  # "dec_self", "enc_self" or "cross"
+    kind: AttentionKind
     loss: np.ndarray  # (layers, heads): held-out loss with that head knocked out
     exact: np.ndarray  # (layers, heads): exact-match with it knocked out
     intact_loss: float
@@ -217,10 +218,10 @@ class ImportanceMap:
     def beside(self) -> Optional[tuple[str, np.ndarray, float]]:
         """(name, grid, intact) of the accuracy quoted beside the loss: induction's accuracy on the predictable
         positions, exact-match for the sequence tasks; None for text, read by its loss alone (`quoted`)."""
-        keys = quoted(self.task) if self.task else ("loss", "exact_match")
+        keys = quoted(self.task) if self.task else (LOSS, EXACT_MATCH)
         if "predictable_acc" in keys and self.predictable is not None and self.intact_predictable is not None:
             return "accuracy on the predictable positions", self.predictable, self.intact_predictable
-        return ("exact-match", self.exact, self.intact_exact) if "exact_match" in keys else None
+        return ("exact-match", self.exact, self.intact_exact) if EXACT_MATCH in keys else None
 
     def sentence(self, step: Optional[int] = None) -> str:
         """"knocking out layer 1 head 0 raises held-out loss from 0.60 to 2.90 (exact-match 90% to 10%; 512
@@ -259,7 +260,7 @@ def median_ratio(rise: float, median_rise: float) -> Optional[float]:
     return rise / median_rise if median_rise >= MATTERS else None
 
 
-def importance_map(model: Transformer, cfg: RunConfig, kind: str = "dec_self", mode: str = "zero",
+def importance_map(model: Transformer, cfg: RunConfig, kind: AttentionKind = DEC_SELF, mode: str = "zero",
                    n: Optional[int] = None) -> ImportanceMap:
     """Each head of one attention kind knocked out alone, over one fixed held-out batch of `n` sequences
     (default: `held_out_size`, the run's own evaluation set, so the intact loss is its final evaluation's)."""
@@ -275,10 +276,10 @@ def importance_map(model: Transformer, cfg: RunConfig, kind: str = "dec_self", m
         for head in range(H):
             with applied(model, Interventions(heads=(HeadRef(kind, layer, head),), mode=mode), means):
                 m = metrics(model, batches, task)
-            loss[layer, head], exact[layer, head] = m["loss"], m["exact_match"]
+            loss[layer, head], exact[layer, head] = m[LOSS], m[EXACT_MATCH]
             if sure is not None:
                 sure[layer, head] = m["predictable_acc"]
-    return ImportanceMap(kind, loss, exact, intact["loss"], intact["exact_match"], mode, n, task, sure,
+    return ImportanceMap(kind, loss, exact, intact[LOSS], intact[EXACT_MATCH], mode, n, task, sure,
                          intact.get("predictable_acc"), loss_baselines(cfg.task).unigram)
 
 

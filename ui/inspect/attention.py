@@ -107,9 +107,7 @@ assert KINDS == tuple(f.name for f in fields(Drawn))[:len(KINDS)]  # a figure's 
 
 
 def _figures(patterns: dict, probe, caption: str) -> Drawn:
-    labels = {"enc_self": (probe.src_labels, probe.src_labels), "dec_self": (probe.dec_labels, probe.dec_labels),
-              "cross": (probe.dec_labels, probe.src_labels)}
-    return Drawn(caption=caption, **{kind: gr.Plot(attention_grid(patterns[kind], *labels[kind], KIND_TITLES[kind]),
+    return Drawn(caption=caption, **{kind: gr.Plot(attention_grid(patterns[kind], *probe.axes(kind), KIND_TITLES[kind]),
                                                    visible=True) if kind in patterns else gr.Plot(visible=False)
                                      for kind in KINDS})
 

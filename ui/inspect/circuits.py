@@ -32,6 +32,7 @@ from lab.interventions import head_name
 from lab.tasks.batches import get_task
 from lab.teach.presets.results import eval_points, run_history
 from lab.views.plots import attention_grid
+from lab.records import DEC_SELF, EXACT_MATCH
 from ui.common import AppContext, errors_as_messages
 from ui.inspect.actions import action_box, draw_from, read, write_cell_on, write_on
 from ui.inspect.attention import _md
@@ -77,7 +78,7 @@ def fourier_parts(ctx: AppContext, cache: MapCache, run_id: str, step: Any) -> d
     found = cache.get(key)
     if found is None:
         accuracy = {name: eval_points(ctx.store, run_id, col)
-                    for name, col in (("held-out", "exact_match"), ("training pairs", "train_exact_match"))}
+                    for name, col in (("held-out", EXACT_MATCH), ("training pairs", f"train_{EXACT_MATCH}"))}
         found = (spectra_over_training(ctx.store, run_id), accuracy)
         cache.put(key, found)
     spectra, accuracy = found
@@ -167,7 +168,7 @@ def cell_parts(cfg: Any, model: Any, pair: Pair, p: Patching, kind: str, cell: t
     back = "the clean answer" if int(last.argmax()) == p.clean_answer else "not the clean answer"
     note = (f"**Patched {what}: the answer is {answer} ({back}), {restored:.0%} restored.**{cone} The attention "
             "below is the patched run's.")
-    patterns = out.attention["dec_self"][:, 0].float().numpy()  # (L, B, H, T, T) -> (L, H, T, T)
+    patterns = out.attention[DEC_SELF][:, 0].float().numpy()  # (L, B, H, T, T) -> (L, H, T, T)
     fig = attention_grid(patterns, corrupt, corrupt, "Attention of the corrupted run with this patch")
     return {"cell_note": note, "cell_attn": gr.Plot(fig, visible=True)}
 

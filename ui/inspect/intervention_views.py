@@ -24,6 +24,7 @@ from lab.views.probe_plots import (answer_frame, answer_summary, importance_fram
                                    lens_figure, metrics_frame, styled_answer)
 from lab.views.probing import (ablation_report, generate, greedy_answer, importance_map, logit_lens, means_for,
                                measured_on)
+from lab.records import CROSS, DEC_SELF, ENC_SELF
 from ui.common import AppContext
 
 KINDS = tuple(KIND_TITLES)  # the attention kinds, in the order their figures stand
@@ -127,14 +128,12 @@ def _plots(patterns: Optional[dict], probe: Optional[ProbeInput],
     """The probe's attention with `spec` applied; heads whose output it removes are hatched."""
     if patterns is None:
         return {f"attn_{k}": gr.Plot(None, visible=False) for k in KINDS}
-    labels = {"enc_self": (probe.src_labels, probe.src_labels), "dec_self": (probe.dec_labels, probe.dec_labels),
-              "cross": (probe.dec_labels, probe.src_labels)}
     spec = spec or Interventions()
 
     def grid(k: str) -> Any:
         silenced = spec.silenced(k, patterns[k].shape[1])
         title = KIND_TITLES[k] + ", with interventions" + ("\n(hatched: output removed)" if silenced else "")
-        return attention_grid(patterns[k], *labels[k], title, silenced)
+        return attention_grid(patterns[k], *probe.axes(k), title, silenced)
     return {f"attn_{k}": gr.Plot(grid(k), visible=True) if k in patterns else gr.Plot(None, visible=False)
             for k in KINDS}
 
@@ -189,7 +188,7 @@ def compute_maps(ctx: AppContext, cache: MapCache, run_id: str, cfg: RunConfig, 
     key = (run_id, step, mode)
     maps = cache.get(key)
     if maps is None:
-        kinds = ("dec_self", "enc_self", "cross") if cfg.model.arch == "encoder-decoder" else ("dec_self",)
+        kinds = (DEC_SELF, ENC_SELF, CROSS) if cfg.model.arch == "encoder-decoder" else (DEC_SELF,)
         maps = [importance_map(model, cfg, kind, mode) for kind in kinds]
         cache.put(key, maps)
     return maps
