@@ -185,13 +185,13 @@ def test_params_figure_stacks_each_runs_components():
     assert to_png(fig).startswith(PNG)
 
 
-def test_curves_figure_draws_a_line_per_group_and_bands():
+def test_curves_figure_draws_a_line_per_group():
     df = pd.DataFrame({"step": [3, 1, 2] * 2, "loss": [0.5, 2.0, 1.0, 0.7, 2.2, 1.5],
                        "lo": [0.4, 1.9, 0.9, 0.6, 2.1, 1.4], "hi": [0.6, 2.1, 1.1, 0.8, 2.3, 1.6],
                        "run": ["a"] * 3 + ["b"] * 3})
-    fig = curves_figure(df, "step", "loss", "run", title="loss", band=("lo", "hi"))
+    fig = curves_figure(df, "step", "loss", "run", title="loss")
     ax = fig.axes[0]
-    assert len(fig.axes) == 1 and len(ax.lines) == 2 and len(ax.collections) == 2
+    assert len(fig.axes) == 1 and len(ax.lines) == 2 and len(ax.collections) == 0  # bands: bands_figure
     np.testing.assert_array_equal(ax.lines[0].get_xdata(), [1, 2, 3])  # sorted by x
     np.testing.assert_array_equal(ax.lines[0].get_ydata(), [2.0, 1.0, 0.5])
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import math
 import textwrap
-from typing import Collection, Optional, Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 import pandas as pd
@@ -236,17 +236,15 @@ def params_figure(breakdowns: dict[str, dict[str, int]]) -> Figure:
     return fig
 
 
-def curves_figure(df: pd.DataFrame, x: str, y: str, color: str, title: str = "",
-                  band: Optional[tuple[str, str]] = None, x_label: str = "", y_label: str = "") -> Figure:
+def curves_figure(df: pd.DataFrame, x: str, y: str, color: str, title: str = "", x_label: str = "",
+                  y_label: str = "") -> Figure:
     """Line per `color` group of a long-format frame (for PNG export of the compare curves), the axes
-    titled `x_label` and `y_label` (default: the column names)."""
+    titled `x_label` and `y_label` (default: the column names). Seed groups' bands: `bands_figure`."""
     fig = Figure(figsize=(8, 4.5), layout="constrained")
     ax = fig.subplots()
     for name, g in df.groupby(color, sort=False):
         g = g.sort_values(x)
-        line, = ax.plot(g[x], g[y], label=str(name), lw=1.4)
-        if band is not None:
-            ax.fill_between(g[x], g[band[0]], g[band[1]], color=line.get_color(), alpha=0.2)
+        ax.plot(g[x], g[y], label=str(name), lw=1.4)
     ax.set_xlabel(x_label or x)
     ax.set_ylabel(y_label or y)
     ax.set_title(title)
