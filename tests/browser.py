@@ -68,6 +68,9 @@ class _Session:
                 cls.playwright = sync_playwright().start()
                 atexit.register(cls.close)
             cls.browser = cls.playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            from playwright.sync_api import expect
+
+            expect.set_options(timeout=WAIT_MS)  # an `expect` waits as long as a page does (5 s by default)
         return cls.browser
 
     @classmethod

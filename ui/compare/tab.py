@@ -150,6 +150,10 @@ def _curve_controls() -> tuple[gr.Dropdown, gr.Radio, gr.Slider, gr.Checkbox, gr
     return metric, xaxis, smooth, diff_only, group
 
 
+OUTPUTS = ("table", "pick", "curves", "finals", "configs", "params", "stability", "bands", "groups", "files", "timer",
+           "note", "shown")  # what /compare returns, in this order (a script reads them by position)
+
+
 def _views() -> dict[str, Any]:
     """The views that render draws, by its output names (the note, the table, the picker and the files are
     laid out elsewhere and added by the caller)."""
@@ -181,6 +185,7 @@ def _lay_out(ctx: AppContext) -> Page:
                         elem_id="compare-files")
         views.update(table=table, pick=pick, files=files, note=note, timer=gr.Timer(LIVE_POLL_S, active=False),
                      shown=gr.State({}))  # shown: what the page shows now (ui/compare/render.py)
+        views = {name: views[name] for name in OUTPUTS}  # the /compare endpoint's outputs, in the API's order
         build_publish_panel(ctx, pick)
     return Page(tab, note, filters, refresh, table, pick, all_btn, metric, xaxis, smooth, diff_only, group, views,
                 export_btn, files)
