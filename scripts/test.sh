@@ -19,6 +19,6 @@ fi
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1
 # the linter first (ruff.toml: syntax errors, unused or undefined names, likely bugs): seconds, and it names the line
 python -m ruff check --quiet .
-# two workers (pytest-xdist), each module on one worker: the modules' own app servers and trainings stay
+# two workers (pytest-xdist): a module's tests on one worker, so its app server and trainings stay
 # shared by their tests
-exec python -m pytest -n 2 --dist loadfile "$@"
+exec python -m pytest -n 2 --dist loadgroup "$@"

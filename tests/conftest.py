@@ -6,9 +6,10 @@ Every test belongs to one tier, by its marker (pytest.ini), so `pytest -m TIER` 
     app      the real app in a subprocess (gradio_client, HTTP), the command line, notebooks, installs
     browser  Chromium driving the real app
     science  full-size trainings that check the papers' results
-A unit test that starts the app fails at once, naming the marker it needs. Modules are ordered
-science, browser, app, unit, so that with `-n 2` (pytest-xdist, one module per worker at a time) the
-longest start first and the short ones fill the end.
+A unit test that starts the app, a program or a worker process fails at once, naming the marker it needs.
+Modules are ordered science, browser, app, unit, so that with `-n 2 --dist loadgroup` (pytest-xdist: one
+worker runs a module's tests; each science test, a training of its own, goes to whichever worker is free)
+the longest start first and the short ones fill the end.
 
 The plain helpers they are built on (launch_app, app_context, tiny_config...) are in tests/helpers.py and
 the browser helpers in tests/browser.py; test modules import those, never one another.
@@ -39,6 +40,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if tier_of(item) == "unit" and item.get_closest_marker("unit") is None:
             item.add_marker(pytest.mark.unit)
+        # one worker runs a module's tests in order (its module fixtures, an app server among them, start once);
+        # a science test is a training of its own, so the two workers share a module of them
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(item.nodeid if tier_of(item) == "science" else module))
     rank = {}
     for item in items:
         module = item.nodeid.split("::")[0]
