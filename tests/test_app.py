@@ -38,7 +38,9 @@ def knob_args(**overrides: Any) -> list[Any]:
 def demo(tmp_path_factory):
     store = RunStore(tmp_path_factory.mktemp("app") / "runs")
     jobs = JobManager(store, max_concurrent=1)
+    before = set(threading.enumerate())  # another module's job threads may still be ending in this process
     demo = app.build_demo(store, jobs)
+    demo.threads_before = before
     yield demo
     jobs.shutdown(wait=True)
 
@@ -47,7 +49,8 @@ def test_build_demo_builds_without_launching(demo):
     assert isinstance(demo, gr.Blocks)
     assert not demo.is_running and getattr(demo, "server", None) is None
     assert not demo.lab_context.store.root.exists()  # building writes nothing to the store
-    assert not [t for t in threading.enumerate() if t.name.startswith("lab-job-")]  # and trains nothing
+    assert not [t for t in set(threading.enumerate()) - demo.threads_before
+                if t.name.startswith("lab-job-")]  # and trains nothing
 
 
 def test_every_event_has_an_explicit_unique_api_name(tmp_path, monkeypatch):
