@@ -233,13 +233,15 @@ _POOL: list = []
 
 
 def pool():
-    """Two worker processes (this machine has 2 cores): a preset's runs train two at a time, each
-    exactly as it would alone (seeded, 1 thread), which halves the wall time of these tests."""
+    """Worker processes, one per core this test process has to itself: a preset's runs train side by side,
+    each exactly as it would alone (seeded, 1 thread). Under `-n 2` the other core is the other worker's,
+    so one process (two would leave the browser tests' servers a third of a core each)."""
     if not _POOL:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        _POOL.append(ProcessPoolExecutor(max(1, min(2, os.cpu_count() or 1)),
+        cores = 1 if os.environ.get("PYTEST_XDIST_WORKER") else min(2, os.cpu_count() or 1)
+        _POOL.append(ProcessPoolExecutor(max(1, cores),
                                          mp_context=multiprocessing.get_context("spawn")))
     return _POOL[0]
 
