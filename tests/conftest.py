@@ -20,10 +20,10 @@ from typing import Iterator
 
 import pytest
 
-from tests import helpers
 from tests.helpers import AppServer, launch_app
 
 TIERS = ("science", "browser", "app", "unit")  # the order modules run in: longest first
+_running: dict[str, str] = {}  # "tier": the tier of the test being set up or run now
 
 
 def tier_of(item: pytest.Item) -> str:
@@ -37,33 +37,32 @@ def tier_of(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each unmarked test `unit`, and order the modules by tier (a stable sort keeps each module's
     tests together and in their written order)."""
+    rank: dict[str, int] = {}
     for item in items:
-        if tier_of(item) == "unit" and item.get_closest_marker("unit") is None:
+        tier, module = tier_of(item), item.nodeid.split("::")[0]
+        if tier == "unit" and item.get_closest_marker("unit") is None:
             item.add_marker(pytest.mark.unit)
         # one worker runs a module's tests in order (its module fixtures, an app server among them, start once);
         # a science test is a training of its own, so the two workers share a module of them
-        module = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(item.nodeid if tier_of(item) == "science" else module))
-    rank = {}
-    for item in items:
-        module = item.nodeid.split("::")[0]
-        rank[module] = min(rank.get(module, len(TIERS)), TIERS.index(tier_of(item)))
+        item.add_marker(pytest.mark.xdist_group(item.nodeid if tier == "science" else module))
+        rank[module] = min(rank.get(module, len(TIERS)), TIERS.index(tier))
     items.sort(key=lambda it: rank[it.nodeid.split("::")[0]])
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """While a unit test is set up (its module's fixtures too) and runs, starting the app fails with the
-    marker to use instead (tests/helpers.py launch_app)."""
-    helpers.RUNNING_TIER = tier_of(item)
+    """While a unit test is set up (its module's fixtures too) and runs, starting a process fails with the
+    marker to use instead (pytest_configure's guard)."""
+    _running["tier"] = tier_of(item)
 
 
 def pytest_runtest_teardown(item: pytest.Item) -> None:
-    helpers.RUNNING_TIER = None
+    _running.pop("tier", None)
 
 
 def _unit_may_not_start(what: str) -> None:
-    if helpers.RUNNING_TIER == "unit":
-        raise RuntimeError(f"a unit test started {what}: mark the test pytest.mark.app (tests/conftest.py, the tiers)")
+    if _running.get("tier") == "unit":
+        raise RuntimeError(f"a unit test started {what}: mark the test pytest.mark.app, or pytest.mark.browser if "
+                           "it drives Chromium (tests/conftest.py, the tiers)")
 
 
 def pytest_configure(config: pytest.Config) -> None:

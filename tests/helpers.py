@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 120.0  # importing torch and gradio on a busy 2-core host can take a while
-RUNNING_TIER: Optional[str] = None  # the tier of the test running now (tests/conftest.py sets it)
 
 
 # ---- tiny run configurations --------------------------------------------------------------------------
@@ -162,9 +161,6 @@ def app_context(folder: Path, **jobs_kwargs) -> Iterator["AppContext"]:
 @contextmanager
 def launch_app(folder: Path, extra_env: Optional[dict[str, str]] = None) -> Iterator[AppServer]:
     """Start `python app.py` with its store in `folder/runs` (and `extra_env`); yield once it answers HTTP."""
-    if RUNNING_TIER == "unit":
-        pytest.fail("a unit test started the app: mark the test (or its module) pytest.mark.app, or "
-                    "pytest.mark.browser if it drives Chromium (tests/conftest.py, the tiers)")
     runs_dir, log_path = folder / "runs", folder / "server.log"
     port = free_port()
     env = dict(os.environ, LAB_RUNS_DIR=str(runs_dir), GRADIO_SERVER_PORT=str(port),
