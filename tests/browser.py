@@ -177,6 +177,22 @@ def wait_finished(page, app, run_ids: list[str], wait_ms: int) -> None:
         assert json.loads(status.read_text())["state"] == "completed"
 
 
+def settle(page, state: str, quiet_ms: int = 1500) -> dict:
+    """The page's state once it has stopped changing for `quiet_ms` (a stale view is stable too)."""
+    last, since, before = None, 0, None
+    for _ in range(WAIT_MS // 250):
+        now = page.evaluate(state)
+        if now == last:
+            since += 250
+            if since >= quiet_ms:
+                return now
+        else:
+            before, last, since = last, now, 0
+        page.wait_for_timeout(250)
+    moving = {k: (str(before.get(k))[:200], str(last.get(k))[:200]) for k in last if before and before.get(k) != last.get(k)}
+    raise AssertionError(f"the page never settled: {moving}")
+
+
 def assert_no_errors(page) -> None:
     """No error toast so far, no uncaught page error, no traceback shown."""
     shown = page.evaluate("window.__labErrors")

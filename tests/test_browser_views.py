@@ -15,7 +15,7 @@ import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.store import RunStore
-from tests.browser import assert_no_errors, chromium, open_page
+from tests.browser import assert_no_errors, chromium, open_page, settle
 from tests.helpers import launch_app, trained_run
 from lab.views.curves import CURVES, X_AXES
 
@@ -63,22 +63,6 @@ def views_app(tmp_path_factory):
 
 
 TOKENS = "(sel) => [...document.querySelectorAll(sel + ' .token')].map(t => t.innerText)"
-
-
-def settle(page, state: str, quiet_ms: int = 1500) -> dict:
-    """The page's state once it has stopped changing for `quiet_ms` (a stale view is stable too)."""
-    last, since, before = None, 0, None
-    for _ in range(WAIT_MS // 250):
-        now = page.evaluate(state)
-        if now == last:
-            since += 250
-            if since >= quiet_ms:
-                return now
-        else:
-            before, last, since = last, now, 0
-        page.wait_for_timeout(250)
-    moving = {k: (str(before.get(k))[:200], str(last.get(k))[:200]) for k in last if before and before.get(k) != last.get(k)}
-    raise AssertionError(f"the page never settled: {moving}")
 
 
 def settle_both(page, fresh, state: str, quiet_ms: int = 1500) -> tuple[dict, dict]:
@@ -204,7 +188,6 @@ def set_inspect(page, st: dict, what: str, ids: list[str]) -> None:
         if box.is_enabled():
             box.fill(str(st["step"]))
             box.press("Enter")
-            page.locator("#inspect-step input[type=range]").dispatch_event("pointerup")
     elif what == "knockout":
         heads = page.locator("#intervene-heads input[type=checkbox]")
         for i in range(heads.count()):

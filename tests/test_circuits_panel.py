@@ -70,7 +70,7 @@ def test_a_run_change_draws_that_runs_roles_and_its_tasks_inputs(panel):
     pair = induction_pair(store.config(ids["tiny"]), 0)
     assert (out["clean"], out["corrupt"]) == (pair_text(TINY, pair.clean), pair_text(TINY, pair.corrupt))
     assert out["shown"] == ids["tiny"]
-    at_zero = update("step 0.2", ids["tiny"], ids["tiny"], 0, "induction", out["clean"], out["corrupt"])
+    at_zero = update("drawn 0.2", ids["tiny"], ids["tiny"], 0, "induction", out["clean"], out["corrupt"])
     first = scores_over_training(store, ids["tiny"])[0]
     assert at_zero["roles_note"].startswith(f"**At step {first.step},")
     assert cells(at_zero["roles_table"])[1][1:] == [f"{v:.2f}" for v in first.scores["induction"][1]]
@@ -142,7 +142,7 @@ def test_a_step_between_snapshots_reads_one_snapshot_in_every_part(panel):
     steps = store.snapshot_steps(ids["tiny"])
     mid = steps[1] - 1  # not a snapshot step
     out = update("run 0.1", None, ids["tiny"], None, "induction", "", "")
-    moved = update("step 0.2", ids["tiny"], ids["tiny"], mid, "induction", out["clean"], out["corrupt"])
+    moved = update("drawn 0.2", ids["tiny"], ids["tiny"], mid, "induction", out["clean"], out["corrupt"])
     assert moved["roles_note"].startswith(f"**At step {steps[1]},")
     assert f"at step {steps[1]}" in moved["pair_note"].lower(), moved["pair_note"]  # not the final weights
     none = update("run 0.3", ids["tiny"], None, None, "induction", out["clean"], out["corrupt"])
@@ -208,7 +208,7 @@ def test_a_modular_addition_run_draws_its_fourier_picture_at_the_sliders_step(pa
     assert out["fourier"].visible and out["fourier_note"].startswith(
         f"**At step {last.step}, the 8 strongest frequencies (k = {', '.join(map(str, last.top))}) hold "
         f"{last.fraction:.0%} of the token embedding's non-constant power** (spread evenly: {8 / 15:.0%})")
-    early = update("step 0.2", ids["modular"], ids["modular"], 0, "induction", out["clean"], out["corrupt"])
+    early = update("drawn 0.2", ids["modular"], ids["modular"], 0, "induction", out["clean"], out["corrupt"])
     assert early["fourier_note"].startswith(f"**At step {spectra[0].step}, ") and spectra[0].step == 0
     role = update("role 0.3", ids["modular"], ids["modular"], 0, "self", out["clean"], out["corrupt"])
     assert "fourier" not in role  # a role switch leaves the picture as it is

@@ -26,7 +26,7 @@ from lab.views.analysis import pca_type
 from lab.views.curve_figures import warm_up
 from ui.common import PRIVATE, AppContext
 from ui.compare.tab import build_compare_tab
-from ui.inspect.tab import build_inspect_tab
+from ui.inspect.tab import STEP_KEYS_JS, build_inspect_tab
 from ui.learn import build_learn_tab
 from ui.presets import build_presets_tab, compare_note
 from ui.train import build_train_tab
@@ -143,11 +143,14 @@ def main() -> None:
 
 
 def launch_options(store: RunStore, limits: Limits) -> dict:
-    """What the app launches with, here and in a notebook (lab.demo()): the style sheet and theme, and what it
+    """What the app launches with, here and in a notebook (lab.demo()): the style sheet, the page's own keys
+    (Inspect's Training step: ui/inspect/tab.py) and the theme, and what it
     serves: only its own cache (the files it returns) and uploads, never the run store or the source; uploads
     capped (a hard wall; ui/share.py names the limit)."""
     return dict(allowed_paths=[], blocked_paths=blocked_paths(store),
-                max_file_size=max(limits.max_upload_bytes, 1024 * 1024), css=CSS, theme=gr.themes.Soft(),
+                max_file_size=max(limits.max_upload_bytes, 1024 * 1024), css=CSS,
+                head=f"<script>{STEP_KEYS_JS}</script>",
+                theme=gr.themes.Soft(),
                 run_history=False)
 
 

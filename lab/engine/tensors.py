@@ -65,6 +65,14 @@ class RunTensors:
         names = (p.name for p in folder.glob("step_*.safetensors")) if folder.is_dir() else ()
         return sorted(int(n[5:-12]) for n in names if n[5:-12].isdigit())
 
+    def snapshot_near(self, run_id: str, step: float | None = None) -> int | None:
+        """The snapshot step nearest `step` (None: the last one), or None for a run without snapshots: every
+        view of one chosen step (Inspect's panels, the API) reads the same snapshot."""
+        steps = self.snapshot_steps(run_id)
+        if not steps:
+            return None
+        return steps[-1] if step is None else min(steps, key=lambda s: abs(s - step))
+
     def _snapshot(self, run_id: str, step: int) -> dict[str, np.ndarray]:
         _check_step(step)
         path = self._existing(run_id) / "attention" / f"step_{step:07d}.safetensors"

@@ -34,7 +34,7 @@ from ui.inspect.intervention_views import NO_ATTENTION
 KINDS = tuple(KIND_TITLES)  # the attention kinds, in the order their figures stand
 SOURCES = PROBE_SOURCES
 TYPED_LABEL = "Typed input"  # the box's label: its messages name it
-TYPED_CAPTION = "Typed input, final weights."
+TYPED_CAPTION = "Typed input, final weights (step {step})."
 ROWS_NOTE = " Rows are queries (the token attending), columns are keys; each row sums to 1."
 
 
@@ -72,8 +72,10 @@ def step_slider(ctx: AppContext, run_id: Optional[str], at: Optional[int] = None
     if len(steps) == 1:  # nothing to move between (and a slider needs minimum < maximum)
         return gr.Slider(minimum=0, maximum=max(steps[0], 1), value=steps[0], step=1, interactive=False,
                          label=f"Training step (1 snapshot: {steps[0]})")
-    gap = steps[1] - steps[0]
-    return gr.Slider(minimum=steps[0], maximum=steps[-1], value=steps[-1] if at is None else at, step=max(gap, 1),
+    # step 1, so that every snapshot step is a value the slider can hold (snapshots are rounded: 0, 53, 107, ...);
+    # the panels draw the snapshot nearest the value and write it back, and the arrow keys move from snapshot
+    # to snapshot (STEP_KEYS_JS, which reads the steps from this label)
+    return gr.Slider(minimum=steps[0], maximum=steps[-1], value=steps[-1] if at is None else at, step=1,
                      interactive=True, label=f"Training step ({len(steps)} snapshots: {', '.join(map(str, steps))})")
 
 
@@ -123,13 +125,17 @@ def _final_weights(ctx: AppContext, run_id: str) -> dict:
     return ctx.store.load_weights(run_id)
 
 
+def _final_step(ctx: AppContext, run_id: str) -> int:
+    """The step the run's final weights are from."""
+    return int((ctx.store.summary(run_id) or {}).get("steps") or 0)
+
+
 def _sampled(ctx: AppContext, run_id: str, cfg, step: Optional[float]) -> tuple[Drawn, Optional[int]]:
     """(figures and caption, the snapshot step drawn or None) for the sampled probe at the snapshot
     nearest `step` (None: the last one)."""
-    steps = ctx.store.snapshot_steps(run_id)
-    if not steps:
+    at = ctx.store.snapshot_near(run_id, step)
+    if at is None:
         return _hidden("No attention snapshots saved for this run yet."), None
-    at = steps[-1] if step is None else min(steps, key=lambda s: abs(s - step))
     return _figures(ctx.store.load_snapshot(run_id, at), sampled_probe(cfg), f"Sampled probe input at step {at}."
                     + ROWS_NOTE), at
 
@@ -147,7 +153,8 @@ def attention_figures(ctx: AppContext, run_id: Optional[str], source: str, text:
         return _sampled(ctx, run_id, cfg, step)[0].values()
     weights = _final_weights(ctx, run_id)
     probe = parse_probe(cfg, text)
-    return _figures(attention(load_model(cfg, weights), probe.batch), probe, TYPED_CAPTION + ROWS_NOTE).values()
+    return _figures(attention(load_model(cfg, weights), probe.batch), probe,
+                    TYPED_CAPTION.format(step=_final_step(ctx, run_id)) + ROWS_NOTE).values()
 
 
 def typed_note(ctx: AppContext, run_id: Optional[str], source: str, text: Any) -> str:
@@ -203,7 +210,10 @@ def attention_view(ctx: AppContext, run_id: Optional[str], source: str, text: st
                       step=final_slider(ctx, run_id) if trigger == "run" else gr.skip(), source=probe_choice)
     if source == "sampled":
         drawn, at = _sampled(ctx, run_id, cfg, None if trigger == "run" else step)
-        return _shown(drawn, note="", step=step_slider(ctx, run_id, at), source=probe_choice)
+        # a step the slider already holds is not written back: a later key press (a burst of arrows) would be
+        # overwritten by this earlier answer, and the next draw would read the earlier step again
+        kept_step = trigger == "step" and at is not None and step == at
+        return _shown(drawn, note="", step=gr.skip() if kept_step else step_slider(ctx, run_id, at), source=probe_choice)
     note = typed_note(ctx, run_id, source, text)
     if note and trigger == "run":  # the figures shown belong to another run: hidden
         hidden = _hidden("Nothing drawn for this run yet: see the note beside Typed input.")
@@ -212,7 +222,7 @@ def attention_view(ctx: AppContext, run_id: Optional[str], source: str, text: st
         return list(Shown(note=note, source=probe_choice).values())
     probe = parse_probe(cfg, text)
     drawn = _figures(attention(load_model(cfg, _final_weights(ctx, run_id)), probe.batch), probe,
-                     TYPED_CAPTION + ROWS_NOTE)
+                     TYPED_CAPTION.format(step=_final_step(ctx, run_id)) + ROWS_NOTE)
     return _shown(drawn, note="", step=final_slider(ctx, run_id), source=probe_choice)
 
 

@@ -38,7 +38,7 @@ from ui.inspect.actions import action_box, draw_from, read, write_cell_on, write
 from ui.inspect.attention import _md
 from ui.inspect.intervention_views import MapCache, final_model, table
 
-TRIGGERS = ("run", "step", "role", "make", "patch", "cell", "head")
+TRIGGERS = ("run", "drawn", "role", "make", "patch", "cell", "head")
 PATCH_NOTE = ("Each cell: how much of the clean answer one patch brings back, copying that activation from the "
               "clean run into the corrupted one (1 = all of the clean answer's lead over the corrupted answer, "
               "0 = none). Click a cell to see that patch's answer and attention.")
@@ -174,9 +174,15 @@ def cell_parts(cfg: Any, model: Any, pair: Pair, p: Patching, kind: str, cell: t
 
 
 def panel_update(ctx: AppContext, cache: MapCache, action: Any, shown: Any, run_id: Any, step: Any, role: Any,
-                 clean: Any, corrupt: Any) -> dict[str, Any]:
-    """What the panel shows after the last action; only the parts the action changes are sent."""
+                 clean: Any, corrupt: Any, source: Any = "sampled") -> dict[str, Any]:
+    """What the panel shows after the last action; only the parts the action changes are sent. `source` is
+    Inspect's probe input: a typed one is drawn with the final weights, so the panel reads them too."""
     trigger, cell = parse_action(action)
+    set_by_heatmaps = trigger == "drawn"  # the heatmaps have set the Training step (a step, probe or run change)
+    if set_by_heatmaps:
+        trigger = "step"
+    if source == "typed":
+        step = None
     if not run_id:
         return {"roles_note": "Pick a run to see its heads' roles over training.", "roles_table": table(),
                 "roles_fig": gr.Plot(None, visible=False), "clean": "", "corrupt": "", "shown": None} | NO_FOURIER \
@@ -185,7 +191,7 @@ def panel_update(ctx: AppContext, cache: MapCache, action: Any, shown: Any, run_
         raise ConfigError("Head role", f"{role!r} is not one of {', '.join(SCORES)}")
     ctx.store.path(run_id)  # RunIdError: not a run id
     trigger = "run" if run_id != shown else trigger
-    if trigger == "run":  # the slider still holds the previous run's step: this run is drawn at its end
+    if trigger == "run" and not set_by_heatmaps:  # the slider may hold the previous run's step: drawn at its end
         step = None
     cfg = ctx.store.config(run_id)
     if cfg.model.arch != "decoder":
@@ -227,14 +233,15 @@ def panel_update(ctx: AppContext, cache: MapCache, action: Any, shown: Any, run_
     return out | patch_parts(cfg, model, at, pair, trigger, cell)
 
 
-def build_circuits_panel(ctx: AppContext, run: gr.Dropdown, step: gr.Slider) -> None:
-    """The panel's controls and its one drawing event, under the interventions panel."""
+def build_circuits_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, step: gr.Slider) -> gr.Textbox:
+    """The panel's controls and its one drawing event, under the interventions panel. Returns its action box:
+    the heatmaps write "drawn" into it once they have set the step (ui/inspect/tab.py)."""
     c: dict[str, Any] = {}  # output name -> component
     role = roles_section(c)
     buttons = patching_section(c)
     c["shown"] = gr.State(None)  # the run the panel shows
     action = action_box("circuits-action")  # what the last click or change asked
-    write_on(action, {"run": run.change, "step": step.release, "role": role.input, "make": buttons["make"].click,
+    write_on(action, {"run": run.change, "role": role.input, "make": buttons["make"].click,
                       "patch": [buttons["patch"].click, c["clean"].submit, c["corrupt"].submit]},  # Enter patches
              "circuits")
     write_cell_on(c["residual"], action, "cell", "circuits_cell")
@@ -242,12 +249,13 @@ def build_circuits_panel(ctx: AppContext, run: gr.Dropdown, step: gr.Slider) -> 
     cache = MapCache(size=8)
 
     @errors_as_messages
-    def update(asked: Any, shown: Any, run_id: Any, step: Any, role: Any, clean: Any, corrupt: Any):
-        out = panel_update(ctx, cache, asked, shown, run_id, step, role, clean, corrupt)
+    def update(asked: Any, shown: Any, run_id: Any, step: Any, role: Any, clean: Any, corrupt: Any, probe: Any):
+        out = panel_update(ctx, cache, asked, shown, run_id, step, role, clean, corrupt, probe)
         return {c[k]: v for k, v in out.items()}
 
-    draw_from(action, update, [c["shown"], run, step, role, c["clean"], c["corrupt"]], [c[k] for k in OUTPUTS],
+    draw_from(action, update, [c["shown"], run, step, role, c["clean"], c["corrupt"], source], [c[k] for k in OUTPUTS],
               "circuits_view", [c["roles_fig"], c["fourier"], c["residual"], c["cell_attn"]])
+    return action
 
 
 def roles_section(c: dict[str, Any]) -> gr.Radio:

@@ -31,8 +31,8 @@ KINDS = tuple(KIND_TITLES)  # the attention kinds, in the order their figures st
 POSITIONAL = list(zip(("intact", "removed", "shuffled"), INTERVENED_POSITIONAL))  # (label, value)
 MAX_TEXT = MAX_PROBE_CHARS  # characters of a typed input or prompt
 MAX_MAPS = 16  # importance maps kept in memory (one per run, final step and knockout mode)
-LENS_NOTE = ("What the model would predict if the stack stopped after each layer: the decoder's residual stream "
-             "through the final norm and the head, for the probe input above.")
+LENS_NOTE = ("**Weights at step {step}.** What the model would predict if the stack stopped after each layer: the "
+             "decoder's residual stream through the final norm and the head, for the probe input above.")
 SEE_NOTE = "Nothing to answer: see the note beside **Typed input**."
 NO_ATTENTION = ("This is a recurrent run ({arch}): it reads one token at a time and has no attention, heads or "
                 "positional encoding to draw. Its answer, held-out metrics and skipped layers still apply.")
@@ -62,17 +62,18 @@ class MapCache:
 
 
 def final_model(ctx: AppContext, run_id: Any, step: Any = None) -> tuple[RunConfig, Transformer, int]:
-    """(config, a fresh model, the step its weights are from): the weights kept with the attention snapshot at
-    `step` where there are some, else the run's final weights."""
+    """(config, a fresh model, the step its weights are from): the weights kept with the attention snapshot
+    nearest `step` (the one the heatmaps draw) where there are some, else the run's final weights."""
     ctx.store.path(run_id)  # RunIdError: not a run id (no path tricks)
     summary = ctx.store.summary(run_id)
     if summary is None:
         raise ConfigError("Run", "this run has no final weights yet: wait until it finishes")
     cfg = ctx.store.config(run_id)
     final = int(summary.get("steps") or 0)
-    if isinstance(step, (int, float)) and step == step and 0 <= step != final:
+    at = ctx.store.snapshot_near(run_id, step) if isinstance(step, (int, float)) and step == step else None
+    if at is not None and at != final:  # the snapshot the heatmaps draw for the same slider value
         try:
-            weights, at = ctx.store.weights_at(run_id, int(step))
+            weights, at = ctx.store.weights_at(run_id, at)
             return cfg, load_model(cfg, weights), at
         except (RunNotFoundError, ValueError):
             pass  # no snapshot there, or one without weights: the final weights
@@ -158,14 +159,15 @@ def cleared_ablated(note: str = "") -> dict[str, Any]:
     return {"ablated": table(), "ablated_note": note} | _plots(None, None)
 
 
-def lens_parts(cfg: RunConfig, model: Transformer, probe: Optional[ProbeInput]) -> dict[str, Any]:
+def lens_parts(cfg: RunConfig, model: Transformer, probe: Optional[ProbeInput], step: int) -> dict[str, Any]:
+    """The logit lens of `model` (its weights from `step`, which the note says) on the probe."""
     if cfg.model.arch in RECURRENT:
         return {"lens": gr.Plot(None, visible=False), "lens_note": NO_ATTENTION.format(arch=cfg.model.arch.upper())
                 + " No logit lens here: it reads a Transformer's residual stream."}
     if probe is None:
         return {"lens": gr.Plot(None, visible=False), "lens_note": SEE_NOTE}
     fig = lens_figure(logit_lens(model, cfg, probe.batch), probe.dec_labels)
-    return {"lens": gr.Plot(fig, visible=True), "lens_note": LENS_NOTE}
+    return {"lens": gr.Plot(fig, visible=True), "lens_note": LENS_NOTE.format(step=step)}
 
 
 def importance_parts(cfg: RunConfig, model: Transformer, maps: list, step: Optional[int] = None) -> dict[str, Any]:
@@ -274,7 +276,7 @@ def api_call(ctx: AppContext, cache: MapCache, name: str, run_id: Any, *args: An
         out = importance_parts(cfg, model, compute_maps(ctx, cache, run_id, cfg, model, step, args[0] or "zero"),
                                step)
     elif name == "logit_lens":
-        out = lens_parts(cfg, model, probe_input(cfg, *args))
+        out = lens_parts(cfg, model, probe_input(cfg, *args), step)
     else:
         out = {"gen_out": generated_text(cfg, model, *args)}
     values = tuple(out[k] for k in API[name][1])

@@ -29,7 +29,7 @@ from ui.inspect.intervention_views import (API, KINDS, MAX_TEXT, MODES, POSITION
                                 answer_parts, api_call, cleared, cleared_ablated, compute_maps, controls, final_model,
                                 generated_text, importance_parts, lens_parts, page_probe, spec_from, table)
 
-TRIGGERS = ("run", "source", "text", "step", "apply", "reset", "importance", "cell", "generate")
+TRIGGERS = ("run", "source", "text", "drawn", "apply", "reset", "importance", "cell", "generate")
 WEIGHTS_NOTE = ("Final weights (step {step}): the answer, interventions, head importance and logit lens use the "
                 "run's final weights. Move the Training step slider (sampled probe) to use the weights kept with "
                 "an earlier attention snapshot.")
@@ -97,8 +97,9 @@ def panel_update(ctx: AppContext, cache: MapCache, trigger: str, shown: Any, run
         source = "typed"  # Enter in the box picks the typed input, as the attention view does
     fresh = trigger == "run" or str(shown or "").split("\n")[0] != run_id
     # the slider's step (sampled probe only: a typed one uses the final weights, as the attention view does);
-    # on a new run the slider may still hold the previous run's step: the final weights then
-    want = None if fresh or source == "typed" else step
+    # on a new run the slider may still hold the previous run's step: the final weights then, until the
+    # heatmaps have drawn the new run and set its step ("drawn")
+    want = None if (fresh and trigger != "drawn") or source == "typed" else step
     key = f"{run_id}\n{source}\n{text if source == 'typed' else ''}\n{want if want is not None else ''}"
     out: dict[str, Any] = {"shown": key}
     if fresh:
@@ -114,7 +115,7 @@ def panel_update(ctx: AppContext, cache: MapCache, trigger: str, shown: Any, run
         answer = answer_parts(cfg, model, probe) if probe else {"answer": table(), "answer_note": SEE_NOTE}
         final = int((ctx.store.summary(run_id) or {}).get("steps") or 0)
         note = (WEIGHTS_NOTE if step == final else STEP_NOTE).format(step=step)
-        out |= {"weights_note": note} | answer | lens_parts(cfg, model, probe)
+        out |= {"weights_note": note} | answer | lens_parts(cfg, model, probe, step)
         out |= cleared_ablated("" if fresh else "Press Apply to see this input with the interventions.")
     if fresh:
         maps = cache.get((run_id, step, "zero"))
@@ -138,8 +139,9 @@ def panel_update(ctx: AppContext, cache: MapCache, trigger: str, shown: Any, run
 
 
 def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, text: gr.Textbox,
-                          step: gr.Slider) -> None:
-    """The panel, under Inspect's attention: it follows the run, probe input and training step picked there."""
+                          step: gr.Slider) -> gr.Textbox:
+    """The panel, under Inspect's attention: it follows the run, probe input and training step picked there.
+    Returns its action box: the heatmaps write "drawn" into it once they have set the step (ui/inspect/tab.py)."""
     c: dict[str, Any] = {"shown": gr.State("")}  # output name -> component
     gen, gen_button = answer_section(c)
     buttons = interventions_section(c) | importance_and_lens_section(c) | gen_button
@@ -147,6 +149,7 @@ def build_intervene_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, t
     page = {"run_id": run, "source": source, "text": text, "step": step}
     write_actions(action, page, buttons, c["grid"])
     wire_panel(ctx, MapCache(), action, c, page | gen)
+    return action
 
 
 def answer_section(c: dict[str, Any]) -> tuple[dict[str, Any], dict[str, gr.Button]]:
@@ -222,8 +225,8 @@ def write_actions(action: gr.Textbox, page: dict[str, Any], buttons: dict[str, g
                   grid: gr.Dataframe) -> None:
     """Inspect's controls above the panel, the panel's buttons and a click on an importance cell write their
     action into the panel's box (ui/inspect/actions.py)."""
-    write_on(action, {"run": page["run_id"].change, "source": page["source"].input, "text": page["text"].submit,
-                      "step": page["step"].release} | {name: b.click for name, b in buttons.items()}, "action")
+    write_on(action, {"run": page["run_id"].change, "source": page["source"].input, "text": page["text"].submit}
+             | {name: b.click for name, b in buttons.items()}, "action")
     write_cell_on(grid, action, "cell", "importance_cell")
 
 

@@ -1,8 +1,9 @@
 """The Inspect tab's layout and events: the run picker, probe and step controls, the attention heatmaps,
 the interventions panel, and the positional encodings of two runs side by side (views in ui/inspect/attention.py).
 
-Its controls redraw the heatmaps through an action box, as ui/inspect/actions.py explains; side A's
-positional panel follows once the heatmaps are drawn. The endpoints for scripts (`/attention`,
+Its controls redraw the heatmaps through an action box, as ui/inspect/actions.py explains; the panels below
+(interventions, circuits) and side A's positional panel follow once the heatmaps are drawn, at the step the
+heatmaps set, so that every panel reads one step. The endpoints for scripts (`/attention`,
 `/positional_a`, ...) take everything explicitly and have no trigger on the page.
 """
 from __future__ import annotations
@@ -21,7 +22,38 @@ from ui.inspect.attention import (KINDS, SOURCES, TYPED_LABEL, Drawn, Shown, att
 from ui.inspect.circuits import build_circuits_panel
 from ui.inspect.interventions import build_intervene_panel
 
-ACTIONS = ("run", "source", "text", "step")  # the controls that redraw the heatmaps, as the action box names them
+ACTIONS = ("run", "source", "text", "step")
+# Every way of setting the Training step ends in the slider's one `release` event, which the heatmaps answer
+# (the panels below follow the step they set: `wire_views`). Gradio 6.31 sends `release` on a pointer-up (a drag, a click on the track) and when its number box
+# loses focus (Tab), but not for Enter in the box or for the keyboard on the slider: here Enter leaves the box
+# (as Tab does), and an arrow or Page key moves to the next or previous snapshot (the steps the label lists:
+# the slider holds any step, the panels draw the nearest snapshot) and releases, as Home and End do.
+STEP_KEYS_JS = """(() => {
+  const MOVES = {ArrowRight: 1, ArrowUp: 1, PageUp: 1, ArrowLeft: -1, ArrowDown: -1, PageDown: -1};
+  const mine = (e) => e.target instanceof HTMLInputElement && e.target.closest('#inspect-step') ? e.target : null;
+  const release = (el) => el.dispatchEvent(new PointerEvent('pointerup', {bubbles: true}));
+  const snapshots = (el) => {
+    const label = el.closest('#inspect-step').querySelector('label');
+    return ((label ? label.innerText : '').split(':')[1] || '').match(/\\d+/g)?.map(Number) || [];
+  };
+  document.addEventListener('keydown', (e) => {
+    const el = mine(e);
+    if (!el) return;
+    if (el.type === 'number' && e.key === 'Enter') { el.blur(); return; }
+    if (el.type !== 'range' || !(e.key in MOVES)) return;
+    e.preventDefault();
+    const v = Number(el.value), steps = snapshots(el);
+    const next = MOVES[e.key] > 0 ? steps.find((s) => s > v) : steps.reverse().find((s) => s < v);
+    if (next === undefined) return;
+    el.value = String(next);
+    el.dispatchEvent(new Event('input', {bubbles: true}));
+    release(el);
+  }, true);
+  document.addEventListener('keyup', (e) => {
+    const el = mine(e);
+    if (el && el.type === 'range' && (e.key === 'Home' || e.key === 'End')) release(el);
+  }, true);
+})();"""  # the controls that redraw the heatmaps, as the action box names them
 
 
 @dataclass(frozen=True)
@@ -54,6 +86,7 @@ class Page:
     shown_a: gr.State  # the run whose positional panel (side A) the page shows
     a_label: gr.Textbox
     sides: dict[str, Side]
+    followers: tuple[gr.Textbox, ...]  # the action boxes of the panels below, which read the step the heatmaps set
 
     @property
     def probe(self) -> list:
@@ -134,10 +167,10 @@ def build_inspect_tab(ctx: AppContext) -> gr.Tab:
                    for k in KINDS}
         action = action_box("inspect-action")
         shown, shown_a = gr.State(None), gr.State(None)
-        build_intervene_panel(ctx, run, source, text, step)  # the answer, interventions, head importance, logit lens
-        build_circuits_panel(ctx, run, step)  # head roles over training, activation patching
+        followers = (build_intervene_panel(ctx, run, source, text, step),  # answer, interventions, logit lens
+                     build_circuits_panel(ctx, run, source, step))  # head roles over training, activation patching
         a_label, sides = positional_sides(run)
-    page = Page(run, source, text, note, step, caption, figures, action, shown, shown_a, a_label, sides)
+    page = Page(run, source, text, note, step, caption, figures, action, shown, shown_a, a_label, sides, followers)
     tab.select(errors_as_messages(lambda: tab_runs(ctx)), outputs=[run, sides["B"].pick, step], api_name="inspect_runs")
     write_actions(page)
     wire_views(ctx, page)
@@ -161,6 +194,10 @@ def wire_views(ctx: AppContext, page: Page) -> None:
     plots = list(page.figures.values())
     drawn = draw_from(page.action, errors_as_messages(lambda *a: page_view(ctx, *a)), [page.shown, *page.probe],
                       page.shown_outputs(PageView, shown=page.shown), "inspect_view", plots + [page.caption])
+    # then the panels below: the step they read is the one the heatmaps have just set and shown (the snapshot
+    # nearest the value asked, or the run's last on a run change), so every panel shows one step
+    drawn.then(None, None, list(page.followers), js=f"() => [{', '.join(stamp('drawn') for _ in page.followers)}]",
+               api_name="inspect_drawn", show_progress="hidden", api_visibility=PRIVATE)
     a = page.sides["A"]  # then side A, once the heatmaps are drawn (a chained event is re-run by itself alone)
     drawn.then(errors_as_messages(lambda *args: side_a(ctx, *args)), inputs=[page.run, page.shown_a],
                outputs=[page.a_label, a.pca, a.fig, a.note, page.shown_a], api_name="inspect_side_a",
