@@ -25,10 +25,13 @@ from lab.views.curves import curve
 from lab.views.run_labels import GROUP_CHARS, LEGEND_CHARS
 from ui.common import AppContext
 from ui.compare.tab import build_compare_tab, export
-from ui.compare.render import Controls, render
+from ui.compare.render import LIVE_POLL_S, WATCH_POLL_S, Controls, render
 from lab.views.compare_frames import (FILTER_LABELS, FILTER_PARAMS, SMOOTHING, choices, final_tables,
                                       read_selection, seed_groups)
 from ui.knobs import KNOBS, config_from_values
+
+WATCHING = {"__type__": "update", "active": True, "value": WATCH_POLL_S}  # nothing live: the timer watches
+
 
 def run_labels(ctx: AppContext, run_ids: list[str]) -> dict[str, str]:
     """The picked runs' labels, as Compare names them."""
@@ -199,17 +202,54 @@ def test_a_tick_refreshes_the_stored_runs_table_while_a_listed_run_is_live(ctx):
     done, live = add(ctx, BASE), add(ctx, change(BASE, **{"model.pos": "rope"}), "running")
     out = render(ctx, controls([]), {})
     states = dict(zip(out["table"]["run"], out["table"]["state"]))
-    assert states == {done: "completed", live: "running"} and out["timer"]["active"] is True  # nothing picked: on
+    assert states == {done: "completed", live: "running"} and out["timer"]["value"] == LIVE_POLL_S  # nothing picked
     again = render(ctx, controls([]), out["shown"])
     assert set(again) == {"shown"}  # nothing changed: nothing is sent (the timer stays on)
     out = render(ctx, controls([], [["sort"], None, None, None]), out["shown"])
-    assert out["table"].empty and out["timer"]["active"] is False  # the filter hides the live run
+    assert out["table"].empty and out["timer"] == WATCHING  # the filter hides the live run
     with pytest.raises(ValueError, match="run_id"):  # an id that is not a run is refused
         render(ctx, controls(["../outside"]), {})
     ctx.store.set_status(live, "completed")
     out = render(ctx, controls([]), {})
     assert dict(zip(out["table"]["run"], out["table"]["state"]))[live] == "completed"
-    assert out["timer"]["active"] is False
+    assert out["timer"] == WATCHING
+
+
+def test_a_run_continued_elsewhere_is_shown_running_then_completed_on_a_page_that_was_idle(ctx):
+    """Issue 34 item 3: a page whose runs had all finished turned its timer off, so a run another screen
+    continued stayed "stopped" there until Refresh. With runs stored, the timer keeps watching (slowly)."""
+    out = render(ctx, controls([]), {})
+    assert out["timer"] == {"__type__": "update", "active": False, "value": WATCH_POLL_S}  # no run: nothing to watch
+    run = add(ctx, BASE, "stopped", step=40)
+    out = render(ctx, controls([run]), out["shown"])
+    assert out["timer"] == WATCHING and list(pd.DataFrame(out["finals"].data)["state"]) == ["stopped"]
+    idle = render(ctx, controls([run]), out["shown"])
+    assert set(idle) == {"shown"}  # a watching tick that finds nothing new sends nothing
+    ctx.store.set_status(run, "running", step=60)  # another screen continues it
+    out = render(ctx, controls([run]), idle["shown"])
+    assert out["timer"]["value"] == LIVE_POLL_S and list(pd.DataFrame(out["finals"].data)["state"]) == ["running"]
+    assert dict(zip(out["table"]["run"], out["table"]["state"]))[run] == "running"
+    ctx.store.set_status(run, "completed", step=240)
+    out = render(ctx, controls([run]), out["shown"])
+    assert out["timer"] == WATCHING and list(pd.DataFrame(out["finals"].data)["state"]) == ["completed"]
+
+
+def test_the_final_metrics_show_inductions_headline_measure_only_where_a_run_measured_it(ctx):
+    """Issue 34 item 4: an induction run's telling number is its accuracy on the predictable positions (99%),
+    not its exact-match (0.086, near chance for a model that copies every repeat)."""
+    copy = add(ctx, BASE)
+    ctx.store.write_summary(copy, {"steps": 12, "eval": {"loss": 0.5, "exact_match": 0.25, "predictable_acc": None}})
+    finals, _ = final_tables(read_selection(ctx.store, [copy]), True)
+    assert "held-out accuracy (predictable positions)" not in finals.columns  # copy has no such measure
+    induction = add(ctx, change(BASE, **{"task.name": "induction", "task.min_len": 12, "task.max_len": 12,
+                                         "task.n_symbols": 16}))
+    ctx.store.write_summary(induction, {"steps": 12, "eval": {"loss": 0.8, "exact_match": 0.086,
+                                                               "predictable_acc": 0.99}})
+    finals, _ = final_tables(read_selection(ctx.store, [copy, induction]), True)
+    cols = list(finals.columns)
+    assert cols.index("held-out accuracy (predictable positions)") == cols.index("held-out exact-match") - 1
+    assert list(finals["held-out accuracy (predictable positions)"].isna()) == [True, False]
+    assert finals["held-out accuracy (predictable positions)"].iloc[1] == 0.99
 
 
 def table_of(component: gr.Dataframe) -> pd.DataFrame:
@@ -221,10 +261,10 @@ def test_a_tick_redraws_the_selection_until_the_page_shows_what_the_store_has(ct
     a, b = add(ctx, BASE, "running"), add(ctx, change(BASE, **{"train.seed": 1}))
     out = render(ctx, controls([a, b]), {})
     assert list(pd.DataFrame(out["finals"].data)["state"]) == ["running", "completed"]
-    assert out["timer"]["active"] is True and out["groups"].visible
+    assert out["timer"]["value"] == LIVE_POLL_S and out["groups"].visible
     ctx.store.set_status(a, "completed")
     out = render(ctx, controls([a, b]), out["shown"])  # the tick after the run ended: the final state, timer off
-    assert list(pd.DataFrame(out["finals"].data)["state"]) == ["completed"] * 2 and out["timer"]["active"] is False
+    assert list(pd.DataFrame(out["finals"].data)["state"]) == ["completed"] * 2 and out["timer"] == WATCHING
     assert set(out["table"]["state"]) == {"completed"} and list(table_of(out["groups"])["finished"]) == [2]
     assert [t.name for t in out["curves"].data] == list(run_labels(ctx, [a, b]).values())
     assert set(render(ctx, controls([a, b]), out["shown"])) == {"shown"}  # then nothing more is sent
@@ -258,7 +298,8 @@ def test_the_export_titles_its_curves_as_compare_does_and_includes_the_seed_band
     names = [file_name(f) for f in files.value]
     assert names == ["configs.json", "metrics.csv", "curves.png", "parameters.png", "bands.png"]
     ax = drawn[0].axes[0]
-    assert ax.get_xlabel() == "tokens" and ax.get_ylabel() == "held-out loss / train loss"
+    assert drawn[0].axes[-1].get_xlabel() == "tokens" and ax.get_ylabel() == "loss"  # two losses: one panel
+    assert ax.get_title(loc="left") == "held-out loss / train loss"
     assert drawn[2].axes[0].get_xlabel() == "tokens" and drawn[2].axes[0].get_ylabel() == "held-out loss"
     alone = export(ctx, [a, b], "held-out loss", "step", 0.0, False)  # grouping off: no band figure
     assert [file_name(f) for f in alone.value][-1] == "parameters.png"

@@ -7,14 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
 from lab.params import COMPONENTS, param_breakdown
 from lab.views.analysis import attention, load_model, positional_view, sampled_probe
 from lab.config import ModelConfig, RunConfig, TaskConfig
-from lab.views.plots import KIND_TITLES, attention_grid, curves_figure, params_figure, pca_figure, \
+from lab.views.plots import KIND_TITLES, attention_grid, params_figure, pca_figure, \
     positional_figure, to_png
 from tests.helpers import tiny_config
 from lab.records import CROSS, ENC_SELF
@@ -185,20 +184,6 @@ def test_params_figure_stacks_each_runs_components():
     assert to_png(fig).startswith(PNG)
 
 
-def test_curves_figure_draws_a_line_per_group():
-    df = pd.DataFrame({"step": [3, 1, 2] * 2, "loss": [0.5, 2.0, 1.0, 0.7, 2.2, 1.5],
-                       "lo": [0.4, 1.9, 0.9, 0.6, 2.1, 1.4], "hi": [0.6, 2.1, 1.1, 0.8, 2.3, 1.6],
-                       "run": ["a"] * 3 + ["b"] * 3})
-    fig = curves_figure(df, "step", "loss", "run", title="loss")
-    ax = fig.axes[0]
-    assert len(fig.axes) == 1 and len(ax.lines) == 2 and len(ax.collections) == 0  # bands: bands_figure
-    np.testing.assert_array_equal(ax.lines[0].get_xdata(), [1, 2, 3])  # sorted by x
-    np.testing.assert_array_equal(ax.lines[0].get_ydata(), [2.0, 1.0, 0.5])
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["a", "b"]
-    assert ax.get_xlabel() == "step" and ax.get_ylabel() == "loss"
-    assert to_png(curves_figure(df, "step", "loss", "run")).startswith(PNG)
-
-
 def test_figures_are_independent_and_thread_safe():
     def draw(i: int) -> bytes:
         return to_png(attention_grid(patterns(1, 2, 4, 4), list("abcd"), list("abcd"), title=str(i)), dpi=40)
@@ -257,12 +242,12 @@ def test_after_the_warm_up_a_compare_figure_imports_nothing_more():
     import sys
 
     code = ("import sys, pandas as pd\n"
-            "from lab.views.curve_figures import curves_plot, warm_up\n"
+            "from lab.views.curve_figures import chart_of, curves_plot, warm_up\n"
             "warm_up()\n"
             "before = set(sys.modules)\n"
             "series = {n: pd.DataFrame({'x': [0.0, 1.0, 2.0], 'value': [2.0, 1.0, None]}) for n in ('a', 'b')}\n"
-            "curves_plot(series, 'step', 'held-out loss', {'a': 'red', 'b': 'blue'}, title='t',\n"
-            "            dashes={'a': 'dot', 'b': 'solid'}).to_plotly_json()\n"
+            "curves_plot(chart_of(series, {'a': 'held-out loss', 'b': 'held-out exact-match'},\n"
+            "                     {'a': 'red', 'b': 'blue'}, {'a': 'dot', 'b': 'solid'}, 'step', 't')).to_plotly_json()\n"
             "print(sorted(set(sys.modules) - before))\n")
     from tests.helpers import REPO
 

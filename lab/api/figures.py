@@ -40,12 +40,13 @@ def _selection(runs: RunsLike, runs_dir: Optional[PathLike]) -> Selection:
 
 def plot_curves(runs: RunsLike, metric: str | Sequence[str] = "held-out loss", x: str = "step",
                 title: str = "", runs_dir: Optional[PathLike] = None) -> Figure:
-    """One line per run (and per metric, given several) of Compare's curves, as Compare's Export draws them
-    (unsmoothed): `metric` one or more of `lab.api.figures.METRICS`, `x` "step", "time (s)" or "tokens";
-    `title`: Compare's ("held-out loss vs step") unless given."""
+    """One line per run (and per metric, given several) of Compare's curves, as Compare draws them (unsmoothed;
+    a colour per run, a dash per metric, losses and accuracies in panels of their own): `metric` one or more
+    of `lab.api.figures.METRICS`, `x` "step", "time (s)" or "tokens"; `title`: Compare's (the metrics) unless
+    given."""
     metrics, x = metric_list(metric), x_axis(x)
-    series, _ = curve_series(_selection(runs, runs_dir), metrics, x, 0.0)
-    return curves_png(series, metrics, x, title or None)
+    series, styles = curve_series(_selection(runs, runs_dir), metrics, x, 0.0)
+    return curves_png(series, styles, metrics, x, title or None)
 
 
 def plot_bands(runs: RunsLike, metric: str = "held-out loss", x: str = "step", title: str = "",

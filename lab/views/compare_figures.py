@@ -13,34 +13,34 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 
 from lab.params import param_breakdown
-from lab.views.compare_frames import (Selection, curve_series, final_tables, has_seed_groups, long_curves,
-                                      seed_groups, stability)
-from lab.views.curve_figures import curves_plot
+from lab.views.compare_frames import (Selection, curve_series, final_tables, has_seed_groups, seed_groups, stability)
+from lab.views.curve_figures import DASHES, CurveChart, chart_of, curves_plot
+from lab.views.curve_figures import curves_png as chart_png
 from lab.views.curves import colour_map
-from lab.views.plots import bands_figure, curves_figure, params_figure
+from lab.views.plots import bands_figure, params_figure
 from lab.views.stability_map import stability_plot
 
-DASHES = ("solid", "dash", "dot", "dashdot")  # a dash per metric when several are drawn
+def curve_chart(series: Mapping[str, pd.DataFrame], styles: Mapping[str, tuple[str, int]],
+                metrics: Sequence[str], x: str, title: Optional[str] = None) -> CurveChart:
+    """Compare's curves (`curve_series`) as one chart, the page's and the export's: a colour per run (as in
+    every table), a dash per metric, a panel per kind of measure; titled by the metrics unless `title`."""
+    colours = colour_map([run for run, _ in styles.values()])
+    return chart_of(series, {name: metrics[i] for name, (_, i) in styles.items()},
+                    {name: colours[run] for name, (run, _) in styles.items()},
+                    {name: DASHES[i % len(DASHES)] for name, (_, i) in styles.items()}, x,
+                    " / ".join(metrics) if title is None else title)
 
 
 def page_curves(series: Mapping[str, pd.DataFrame], styles: Mapping[str, tuple[str, int]],
                 metrics: Sequence[str], x: str) -> Any:
-    """The page's overlaid curves (`curve_series`): a colour per run (as in every table), a dash per metric."""
-    colours = colour_map([run for run, _ in styles.values()])
-    by_series = {name: colours[run] for name, (run, _) in styles.items()}
-    dashes = {name: DASHES[i % len(DASHES)] for name, (_, i) in styles.items()}
-    if len(metrics) == 1:
-        return curves_plot(series, x, metrics[0], by_series, title="Selected runs", dashes=dashes)
-    # several curves: they are named in the title and the legend (a y-axis title that long covers the plot)
-    return curves_plot(series, x, "", by_series, title=" / ".join(metrics), dashes=dashes)
+    """The page's curves (plotly)."""
+    return curves_plot(curve_chart(series, styles, metrics, x))
 
 
-def curves_png(series: Mapping[str, pd.DataFrame], metrics: Sequence[str], x: str,
-               title: Optional[str] = None) -> Figure:
-    """The curves as a matplotlib figure, a line per series, titled as Compare's Export titles them."""
-    y_title = " / ".join(metrics)
-    return curves_figure(long_curves(series), "x", "value", "run", title=f"{y_title} vs {x}" if title is None
-                         else title, x_label=x, y_label=y_title)
+def curves_png(series: Mapping[str, pd.DataFrame], styles: Mapping[str, tuple[str, int]], metrics: Sequence[str],
+               x: str, title: Optional[str] = None) -> Figure:
+    """The page's curves as a matplotlib figure at slide size: what Compare's Export writes as curves.png."""
+    return chart_png(curve_chart(series, styles, metrics, x, title))
 
 
 def bands_png(bands: pd.DataFrame, metric: str, x: str, title: Optional[str] = None) -> Figure:
@@ -103,8 +103,8 @@ def export_figures(sel: Selection, metrics: Sequence[str], x: str, smoothing: fl
                    max_points: Optional[int] = None) -> dict[str, Figure]:
     """What Compare's Export writes as PNG, by file name: the curves as the page draws them, the parameters
     per component and, with seed repeats grouped, their bands."""
-    series, _ = curve_series(sel, metrics, x, smoothing, max_points)
-    figures = {"curves.png": curves_png(series, metrics, x)}
+    series, styles = curve_series(sel, metrics, x, smoothing, max_points)
+    figures = {"curves.png": curves_png(series, styles, metrics, x)}
     params = params_png(sel)
     if params is not None:
         figures["parameters.png"] = params

@@ -236,24 +236,6 @@ def params_figure(breakdowns: dict[str, dict[str, int]]) -> Figure:
     return fig
 
 
-def curves_figure(df: pd.DataFrame, x: str, y: str, color: str, title: str = "", x_label: str = "",
-                  y_label: str = "") -> Figure:
-    """Line per `color` group of a long-format frame (for PNG export of the compare curves), the axes
-    titled `x_label` and `y_label` (default: the column names). Seed groups' bands: `bands_figure`."""
-    fig = Figure(figsize=(8, 4.5), layout="constrained")
-    ax = fig.subplots()
-    for name, g in df.groupby(color, sort=False):
-        g = g.sort_values(x)
-        ax.plot(g[x], g[y], label=str(name), lw=1.4)
-    ax.set_xlabel(x_label or x)
-    ax.set_ylabel(y_label or y)
-    ax.set_title(title)
-    if df[color].nunique() <= 12:
-        ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    return fig
-
-
 def bands_figure(df: pd.DataFrame, x_label: str, y_label: str, title: str = "") -> Figure:
     """Mean curve per group with its min-max band (fill_between): columns group, x, mean, lo, hi.
     Groups without points yet are left out; with none at all, the figure says so."""
