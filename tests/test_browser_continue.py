@@ -63,3 +63,39 @@ def test_continuing_a_run_that_still_trains_is_refused_beside_the_button(browser
         page.locator("#stop-btn").click()
         expect(page.locator("#progress")).to_contain_text("Stopped", timeout=WAIT_MS)
         assert_no_errors(page)
+
+
+def test_a_run_continued_on_one_screen_is_shown_running_then_completed_on_another(browser_app):
+    """Issue 34 item 3: a second screen's Compare, idle on a finished run, once kept showing it "stopped" while
+    another screen continued it (only Refresh helped). Now its watching timer finds the run running within two
+    of its periods of the store saying so, and completed within two live periods of the end, with no click."""
+    from playwright.sync_api import expect
+
+    from ui.compare.render import LIVE_POLL_S, WATCH_POLL_S
+
+    slack_ms = 3000  # the server's answer and the page's drawing, on a busy 2-core machine
+    with chromium() as browser:
+        teacher = open_page(browser, browser_app.url, WAIT_MS)
+        fill(teacher, "#steps", "40")
+        teacher.locator("#start-btn").click()
+        expect(teacher.locator("#progress")).to_contain_text("Completed after 40 steps", timeout=WAIT_MS)
+        run_id = teacher.locator("#run-pick input").input_value()
+
+        student = open_page(browser, browser_app.url, WAIT_MS)  # another browser: its own context and session
+        student.get_by_role("tab", name="Compare").click()
+        student.get_by_role("button", name="Select all shown").click()
+        row = student.locator("#compare-finals").get_by_role("row").filter(has_text=run_id[-6:])
+        expect(row).to_contain_text("completed", timeout=WAIT_MS)
+        student.wait_for_timeout(2 * WATCH_POLL_S * 1000)  # the page has gone idle
+
+        fill(teacher, "#continue-steps", "1500")
+        teacher.locator("#continue-btn").click()
+        status = browser_app.runs_dir / run_id / "status.json"
+        while json.loads(status.read_text()).get("state") != "running":
+            teacher.wait_for_timeout(100)
+        expect(row).to_contain_text("running", timeout=2 * WATCH_POLL_S * 1000 + slack_ms)
+        wait_finished(teacher, browser_app, [run_id], WAIT_MS)
+        expect(row).to_contain_text("completed", timeout=2 * LIVE_POLL_S * 1000 + slack_ms)
+        expect(row).to_contain_text("1540")
+        assert_no_errors(student)
+        assert_no_errors(teacher)

@@ -20,7 +20,7 @@ from lab.views.plots import bands_figure, params_figure, to_png
 from lab.engine.store import RunStore
 from lab.views.run_labels import short_label
 from ui.common import AppContext
-from ui.compare.render import Controls, render
+from ui.compare.render import LIVE_POLL_S, WATCH_POLL_S, Controls, render
 from lab.views.compare_frames import band, curve_series, long_curves, read_selection, seed_groups
 from ui.knobs import config_from_values
 from tests.helpers import tiny_config
@@ -180,11 +180,11 @@ def test_the_live_timer_stays_on_when_a_run_finishes_while_a_tick_reads_it(grid_
     monkeypatch.setattr(ctx.store, "metrics", finishing)
     c = Controls.of([None] * 4, ids, "held-out loss", "step", 0.0, True, True)
     out = render(ctx, c, {})
-    assert out["timer"]["active"] is True and ctx.store.status(ids[0])["state"] == "completed"
+    assert out["timer"]["value"] == LIVE_POLL_S and ctx.store.status(ids[0])["state"] == "completed"
     assert {t.name for t in out["curves"].data} == set(run_labels(ctx, ids).values()) and len(out["finals"].data) == 4
     assert set(out["table"]["run"]) == set(ids)  # the stored-runs table, refreshed by the same tick
     out = render(ctx, c, out["shown"])
-    assert out["timer"]["active"] is False  # the next tick read every run finished, so it stops
+    assert out["timer"]["value"] == WATCH_POLL_S  # the next tick read every run finished: back to watching
     assert out["groups"].visible and out["bands"].visible
 
 

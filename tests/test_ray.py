@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("ray")  # the optional scale-out requirements (requirements-scale.txt)
 
 from tests.helpers import REPO, compare_api, launch_app, plotted  # noqa: E402
+from ui.compare.render import LIVE_POLL_S  # noqa: E402
 from tests.ray_cluster import Cluster, start_cluster  # noqa: E402
 
 pytestmark = pytest.mark.app  # the real app in a subprocess (tests/conftest.py, the tiers)
@@ -112,7 +113,7 @@ TIMER: dict = {}  # client -> the live timer's state its page last got
 def live_curve(client: Any, run_id: str) -> tuple[Any, bool]:
     views = compare_api(client, [run_id], smoothing=0.0)
     # the client's session keeps what its page shows: the timer is sent when it changes (ui/compare/render.py)
-    TIMER.update({client: views["timer"]["active"]} if "active" in (views["timer"] or {}) else {})
+    TIMER.update({client: views["timer"]["value"] == LIVE_POLL_S} if "value" in (views["timer"] or {}) else {})
     return plotted(views["curves"]), bool(TIMER.get(client))
 
 

@@ -18,6 +18,7 @@ from lab.records import EXACT_MATCH, LOSS, EvalRecord, StepRecord
 from lab.teach.presets import stability as preset
 from lab.views.stability_map import RunFinal, cell_text, run_final, stability_map, stability_plot
 from ui.common import AppContext
+from lab.views.compare_frames import map_measure
 from ui.compare.render import Controls, render
 from tests.test_compare_labels import BASE
 
@@ -160,6 +161,28 @@ def test_compare_draws_the_map_for_a_grid_and_hides_it_for_other_runs(ctx):
     (only,) = traces(shown)
     assert only["name"] == "all runs" and notes(shown) == {("x", "0.03", "0"): "✕ did not<br>learn"}
     assert not picked_map(ctx, ids[:2]).visible  # two runs: one numeric setting varies
+
+
+def test_the_map_is_coloured_by_a_whole_set_measure_never_one_training_batch(ctx):
+    """Issue 34 item 2: with Compare's default curve (the batch loss) a post-LN grid was coloured by its last
+    batch, 0.0098, while its held-out loss was 0.81. The map reads the first picked curve measured on a whole
+    set at the evaluations, else the held-out loss, and its title says which set."""
+    cfgs = build_grid(BASE, [("lr", "1e-3, 3e-2"), ("warmup", "0, 100")])
+    ids = [stored(ctx, c, 2.4, 0.8 if c.train.lr == 3e-2 else 0.2) for c in cfgs]
+    for run_id in ids:  # the last batch, after the last evaluation: far below the held-out loss
+        ctx.store.append(run_id, StepRecord(3, 0.0098, 1e-3, 1.0, 192, 0.3, 100.0))
+    assert traces(picked_map(ctx, ids, "held-out loss"))[0]["z"] == [pytest.approx([0.2, 0.8])] * 2
+    batch = picked_map(ctx, ids, "train loss (batch)")
+    layout = json.loads(batch.value["plot"])["layout"]
+    assert layout["title"]["text"].startswith("Stability map: final held-out loss<br>")
+    assert "on the whole held-out set at the last evaluation" in layout["title"]["text"]
+    assert traces(batch)[0]["z"] == [pytest.approx([0.2, 0.8])] * 2  # the held-out losses, not the batch's
+    out = render(ctx, Controls.of([], ids, ["train loss (batch)", "train exact-match"], "step", 0.0, True, True), {})
+    title = json.loads(out["stability"].value["plot"])["layout"]["title"]["text"]
+    assert title.startswith("Stability map: final train exact-match<br>") and "whole training set" in title
+    assert map_measure(["train loss (batch)"]) == "held-out loss"
+    assert map_measure(["held-out exact-match (longer lengths)", "held-out loss"]) == \
+        "held-out exact-match (longer lengths)"
 
 
 def test_the_preset_is_the_grid_and_its_explanation_quotes_the_region():

@@ -100,7 +100,7 @@ def test_every_curve_says_what_it_was_measured_on():
             assert common.CURVES[label.replace("train ", "held-out ", 1)] == ("eval", col[len("train_"):])
     assert common.CURVES["eval loss"] == common.CURVES["held-out loss"]  # labels of earlier versions resolve
     assert "eval loss" not in list(common.CURVES)  # but are not offered
-    assert {p.metric for p in PRESETS.values()} <= set(common.CURVES)
+    assert {m for p in PRESETS.values() for m in p.metrics} <= set(common.CURVES)
 
 
 def grok_run(test_acc: list[float], train_acc: list[float], every: int = 110) -> dict:

@@ -66,7 +66,7 @@ def test_a_preset_click_submits_exactly_its_configs_and_opens_compare(setup, key
     assert my_runs == ids + ["older-run"]
     # Compare opens on the preset's runs and curve in the same step (one event redraws it: ui/compare/tab.py)
     assert prop(tabs, "selected") == "compare" and prop(pick, "value") == ids
-    assert prop(metric, "value") == [preset.metric] and prop(group, "value") is True and prop(timer, "active")
+    assert prop(metric, "value") == list(preset.metrics) and prop(group, "value") is True and prop(timer, "active")
     assert {r for _, r in prop(pick, "choices")} >= set(ids)
     assert text.startswith(f"**{preset.title}**: 0 of {len(ids)} runs done")
     assert compare_note(demo.lab_context, last, ids) == text  # Compare's note: while exactly these runs are picked
@@ -84,7 +84,7 @@ def test_a_preset_click_submits_exactly_its_configs_and_opens_compare(setup, key
     text, timer = endpoint(demo, "load_presets")(last)  # reopening the page finds it again
     assert explanation in text and prop(timer, "active") is False
     tabs, pick, metric, _ = endpoint(demo, "preset_show")(last)
-    assert prop(tabs, "selected") == "compare" and prop(metric, "value") == [preset.metric]
+    assert prop(tabs, "selected") == "compare" and prop(metric, "value") == list(preset.metrics)
     assert prop(pick, "value") == ids
 
 

@@ -47,7 +47,7 @@ def wall_text(est: Estimate) -> str:
 def card(p: Preset, est: Estimate, result: str = "") -> str:
     n = len(p.runs)
     return (f"### {p.title}\n**Predict before you click:** {p.question}\n\n"
-            f"*{p.reference}.* {n} run{'s' if n > 1 else ''}; opens Compare on *{p.metric}*.\n\n{wall_text(est)}"
+            f"*{p.reference}.* {n} run{'s' if n > 1 else ''}; opens Compare on *{' and '.join(p.metrics)}*.\n\n{wall_text(est)}"
             + (f"\n\n{result}" if result else ""))
 
 
@@ -245,7 +245,7 @@ def launch(ctx: AppContext, preset: Preset, runs: Any, owner: str, seed: int | N
     text, live = status(ctx, last)
     return PresetLaunch(last=last, my_runs=remember_runs(runs, ids), status=text, timer=gr.Timer(active=live),
                         **compare_opening(ctx, shown_runs(ctx, preset, ids, seed_from == "class"),
-                                          preset.metric)).values()
+                                          preset.metrics)).values()
 
 
 @errors_as_messages
@@ -267,7 +267,7 @@ def show_preset(ctx: AppContext, last: Any) -> tuple:
     if preset is None or not ids:
         raise gr.Error("No preset has been run from this browser yet (or its runs were deleted).")
     pooled = isinstance(last, dict) and last.get("class") is True
-    return Opened(**compare_opening(ctx, shown_runs(ctx, preset, ids, pooled), preset.metric)).values()
+    return Opened(**compare_opening(ctx, shown_runs(ctx, preset, ids, pooled), preset.metrics)).values()
 
 
 @errors_as_messages

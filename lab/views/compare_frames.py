@@ -32,9 +32,14 @@ TABLE_COLS = {"run_id": "run", "state": "state", **{f.key: f.spec.column for f i
               "final.params": "parameters", "damaged": "problem"}
 FINALS = {"state": "state", "final.params": "parameters", "step": "steps",
           "final.train_loss": "train loss (last batch)", "final.train_set.exact_match": "train exact-match",
-          "final.eval.loss": "held-out loss", "final.eval.exact_match": "held-out exact-match",
-          "final.ood.exact_match": "held-out exact-match (longer)", "final.wall_s": "wall time (s)"}
-GROUP_METRICS = {k: v for k, v in FINALS.items() if k.startswith("final.") and k != "final.params"}
+          "final.eval.loss": "held-out loss", "final.eval.predictable_acc": "held-out accuracy (predictable positions)",
+          "final.eval.exact_match": "held-out exact-match", "final.ood.exact_match": "held-out exact-match (longer)",
+          "final.wall_s": "wall time (s)"}
+# induction's headline measure (lab.tasks.shapes.headline_metrics: its exact-match stays near chance for a
+# model that copies every repeat): a column only when a picked run measured it
+WHEN_MEASURED = ("held-out accuracy (predictable positions)",)
+GROUP_METRICS = {k: v for k, v in FINALS.items() if k.startswith("final.") and k != "final.params"
+                 and v not in WHEN_MEASURED}
 GROUP_COLS = ["group", "runs", "seeds", "finished", *GROUP_METRICS.values()]
 BAND_COLS = ["group", "step", "x", "mean", "lo", "hi", "n"]
 SMOOTHING = 0.9  # train loss is one noisy batch a step (lengths vary): smoothed unless the user says not
@@ -153,6 +158,7 @@ def final_tables(sel: Selection, diff_only: bool) -> tuple[pd.DataFrame, pd.Data
     finals = pd.DataFrame([{"run": labels[r], **{name: listing.loc[r].get(col) for col, name in FINALS.items()}}
                            for r in run_ids], columns=["run", *FINALS.values()])
     finals = finals.round(4).assign(**{"wall time (s)": finals["wall time (s)"].astype(float).round(1)})
+    finals = finals.drop(columns=[c for c in WHEN_MEASURED if finals[c].isna().all()])
     cfg_cols = [c for c in listing.columns if c.startswith(CONFIG_PREFIXES)]
     configs = listing.loc[run_ids, cfg_cols] if run_ids else pd.DataFrame(columns=cfg_cols)
     if diff_only and len(configs) > 1:
@@ -210,6 +216,13 @@ def seed_groups(sel: Selection, metric: str, x: str, smoothing: float) -> tuple[
 def has_seed_groups(table: pd.DataFrame) -> bool:
     """Whether some group of `seed_groups`' table has more than one run (a band worth drawing)."""
     return bool(len(table)) and bool((table["runs"] > 1).any())
+
+
+def map_measure(metrics: Sequence[str]) -> str:
+    """What a stability map is coloured by: the first of the picked curves `metrics` measured on a whole set
+    at each evaluation (the held-out set, the training set, the longer lengths), else the held-out loss;
+    never one training batch's loss (a post-LN grid once showed 0.0098 where the held-out loss was 0.81)."""
+    return next((m for m in metrics if CURVES[m][0] == "eval"), "held-out loss")
 
 
 def stability(sel: Selection, metric: str) -> Optional[StabilityMap]:

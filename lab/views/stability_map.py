@@ -170,13 +170,15 @@ def stability_plot(m: StabilityMap, metric: str, lower_is_better: bool) -> Any:
                                        font={"size": 11, "color": "#b03a2e" if c and c.marks else "#555555"},
                                        bgcolor="#eeeeee", borderpad=4)
     better = "lower is better" if lower_is_better else "higher is better"
-    fig.update_layout(
-        title={"text": f"Stability map: final {metric}<br><span style='font-size:11px'>mean over seeds, {better}; "
-                       "✕ failed, diverged<br>or did not learn (final held-out loss at least 0.9 of the first "
-                       "batch's)</span>", "font": {"size": 13}, "x": 0, "xanchor": "left", "y": 0.98, "yanchor": "top"},
+    measured = "training set" if metric.startswith("train") else "held-out set"
+    fig.update_layout(  # short lines: a phone's 390 px shows the whole title
+        title={"text": f"Stability map: final {metric}<br><span style='font-size:11px'>on the whole {measured} at "
+                       f"the last evaluation;<br>mean over seeds, {better}; ✕ failed, diverged<br>or did not learn "
+                       "(final held-out loss at least 0.9<br>of the first batch's)</span>", "font": {"size": 13},
+               "x": 0, "xanchor": "left", "y": 0.99, "yanchor": "top", "pad": {"t": 4}},
         coloraxis={"colorscale": "Viridis", "reversescale": lower_is_better, "cmin": lo, "cmax": hi,
                    "colorbar": {"title": {"text": metric, "side": "right"}, "thickness": 12}},
-        height=110 + n * (60 + 40 * len(m.ys)), template="plotly_white", margin={"l": 10, "r": 10, "t": 115, "b": 10})
+        height=150 + n * (60 + 40 * len(m.ys)), template="plotly_white", margin={"l": 10, "r": 10, "t": 150, "b": 10})
     fig.update_xaxes(type="category", automargin=True)
     fig.update_xaxes(title_text=FIELD_LABELS.get(m.x, m.x), row=n, col=1)
     fig.update_yaxes(type="category", automargin=True, title_text=FIELD_LABELS.get(m.y, m.y))

@@ -5,7 +5,8 @@ come from lab/views/compare_frames.py and lab/views/compare_figures.py.
 
 The page's state travels in a gr.State (`shown`): fingerprints of the table, the picker's choices, the
 views of the selection and the timer. A view is sent when its fingerprint changes, so
-- an idle page (nothing live, no control changed) gets nothing and its timer is off;
+- an idle page (nothing live, no control changed) gets nothing: its timer only watches, every WATCH_POLL_S,
+  for a run another screen continues (Gradio's timer does not tick in a hidden browser tab);
 - the picker's labels change only when they differ, so updating them cannot fire the picker again;
 - while a picked run trains, each tick redraws its curves; the tick that finds every run finished
   (read before their metrics) draws the final state and turns the timer off.
@@ -21,9 +22,12 @@ import pandas as pd
 
 from lab.engine.store import LIVE_STATES
 from lab.views.compare_figures import finals_view, groups_view, page_curves, params_png, stability_view
-from lab.views.compare_frames import GROUP_COLS, choices, curve_series, metric_list, only, read_selection, run_table
+from lab.views.compare_frames import (GROUP_COLS, choices, curve_series, map_measure, metric_list, only, read_selection,
+                                      run_table)
 from ui.common import AppContext
 
+LIVE_POLL_S = 2.0  # Compare's timer while a run it shows trains: each tick redraws what changed
+WATCH_POLL_S = 5.0  # and while nothing shown trains: a run continued from another screen shows within 5 s
 NoteSource = tuple[Any, Callable[[AppContext, Any, list[str]], str]]  # (component, fn(ctx, value, run ids))
 
 
@@ -72,7 +76,7 @@ def render(ctx: AppContext, c: Controls, shown: dict, note: Optional[Callable[[l
     redraw = {"curves": changed("curves", _key([selection, c.metrics, c.x, c.smoothing])) or live,
               "finals": changed("finals", _key([selection, c.diff_only])) or live,
               "groups": changed("groups", _key([selection, c.metrics[0], c.x, c.smoothing, c.grouped])) or live,
-              "stability": changed("stability", _key([selection, c.metrics[0]])) or live}
+              "stability": changed("stability", _key([selection, map_measure(c.metrics)])) or live}
     with_params = redraw["finals"] and changed("params", _key(c.run_ids))
     sel = read_selection(ctx.store, c.run_ids, indexed, configs=with_params,  # refuses ids that are not stored runs
                          metrics=redraw["curves"] or (redraw["groups"] and c.grouped) or redraw["stability"])
@@ -94,14 +98,17 @@ def render(ctx: AppContext, c: Controls, shown: dict, note: Optional[Callable[[l
         out["groups"] = gr.Dataframe(value=drawn[1] if drawn else pd.DataFrame(columns=GROUP_COLS),
                                      visible=drawn is not None)
     if redraw["stability"]:
-        fig = stability_view(sel, c.metrics[0])
+        fig = stability_view(sel, map_measure(c.metrics))
         out["stability"] = gr.Plot(value=fig, visible=fig is not None)
     if changed("selection", _key(c.run_ids)) and "selection" in shown:
         out["files"] = gr.File(value=None, visible=False)  # files exported for another selection
     if note is not None and changed("note", note(sel.run_ids)):
         out["note"] = new["note"]
-    active = live or bool(listed["state"].isin(LIVE_STATES).any())
-    if changed("timer", _key(active)):
-        out["timer"] = gr.update(active=active)  # explicit: a Timer(active=True) equals its default, sent as nothing
+    # the timer: every LIVE_POLL_S while a run shown trains; else, with runs stored, every WATCH_POLL_S, since
+    # another screen may continue one (a page that stopped polling kept showing it "stopped" until Refresh)
+    period = LIVE_POLL_S if live or listed["state"].isin(LIVE_STATES).any() else WATCH_POLL_S
+    timer = {"active": not listing.empty, "value": period}
+    if changed("timer", _key(timer)):
+        out["timer"] = gr.update(**timer)  # explicit: a Timer(active=True) equals its default, sent as nothing
     out["shown"] = new
     return out

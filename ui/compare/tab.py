@@ -19,21 +19,20 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import gradio as gr
 import pandas as pd
 
 from lab.views.compare_figures import export_figures
 from lab.views.compare_frames import (FILTER_LABELS, FILTER_PARAMS, FILTERS, FINALS, GROUP_COLS, SMOOTHING,
-                                      TABLE_COLS, choices, metric_list, only, read_selection)
+                                      TABLE_COLS, WHEN_MEASURED, choices, metric_list, only, read_selection)
 from lab.views.curves import CURVES, X_AXES
 from lab.views.plots import to_png
 from ui.common import AppContext, Outputs, errors_as_messages, kept, with_api_params
 from ui.compare.class_board import build_publish_panel
-from ui.compare.render import Controls, NoteSource, render
+from ui.compare.render import LIVE_POLL_S, Controls, NoteSource, render
 
-LIVE_POLL_S = 2.0
 DEFAULT_CURVES = ["train loss (batch)"]
 
 
@@ -61,12 +60,12 @@ class Opened(Outputs):
     group: Any = kept()
 
 
-def opening(ctx: AppContext, run_ids: list[str], metric: Optional[str] = None) -> dict[str, Any]:
+def opening(ctx: AppContext, run_ids: list[str], metrics: Optional[Sequence[str]] = None) -> dict[str, Any]:
     """Compare opened on `run_ids`, by `Opened`'s field names: the tab selected, the picker set to them, the
-    curve `metric` (None: as it is), grouping on. One event redraws the tab once they are in (see the
+    curves `metrics` (None: as they are), grouping on. One event redraws the tab once they are in (see the
     module's docstring)."""
     return {"tabs": gr.Tabs(selected="compare"), "pick": select(ctx, run_ids),
-            "metric": gr.skip() if metric is None else gr.update(value=[metric]), "group": gr.Checkbox(value=True)}
+            "metric": gr.skip() if metrics is None else gr.update(value=list(metrics)), "group": gr.Checkbox(value=True)}
 
 
 def select(ctx: AppContext, run_ids: list[str]) -> dict:
@@ -164,7 +163,8 @@ def _views() -> dict[str, Any]:
         "groups": gr.Dataframe(pd.DataFrame(columns=GROUP_COLS), interactive=False, visible=False,
                                label="Final metrics by group: mean [min, max] over seeds", elem_id="compare-groups"),
         "curves": gr.Plot(label="Selected runs", show_label=False, elem_id="compare-curves"),
-        "finals": gr.Dataframe(pd.DataFrame(columns=["run", *FINALS.values()]), label="Final metrics",
+        "finals": gr.Dataframe(pd.DataFrame(columns=["run", *(c for c in FINALS.values() if c not in WHEN_MEASURED)]),
+                               label="Final metrics",
                                interactive=False, elem_id="compare-finals"),
         "configs": gr.Dataframe(pd.DataFrame(columns=["run"]), label="Configuration", interactive=False,
                                 elem_id="compare-configs"),

@@ -25,7 +25,7 @@ class Preset:
     question: str  # the predict-before-you-click question
     reference: str  # paper / source, and what differs from it
     runs: tuple[RunConfig, ...]  # each with a short, unique `name`
-    metric: str  # the Compare curve to open on: one of METRICS
+    metrics: tuple[str, ...]  # the Compare curves its sentence reads (METRICS), the first drawn in the map and bands
     wall_s: float  # measured wall time of all runs, one after another, 1 thread each, on the dev CPU
     _explain: Callable[[Results], str] = field(repr=False, compare=False, default=lambda r: "")
     knockout: tuple[str, ...] = ()  # runs whose head importance the explanation quotes (measured on their weights)

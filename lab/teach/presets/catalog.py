@@ -263,14 +263,14 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "A 3-layer Transformer sees 6 symbols from {0, 1, 2} and must write them sorted. How many of 300 "
         "steps does it need before it sorts every new sequence right?",
         "minGPT's demo notebook (Karpathy): gpt-nano, sort of length 6 over 3 symbols",
-        (SORT,), "held-out exact-match", 6.0, _explain_sort),
+        (SORT,), ("held-out exact-match",), 6.0, _explain_sort),
     Preset(
         "induction", "Induction heads",
         "Random tokens, then a stretch repeats from a random offset. Can an attention-only model with 1 layer "
         "predict the repeat, or does it need 2?",
         "Olsson et al. 2022, In-context learning and induction heads (attention-only models)",
         (_variant(INDUCTION, "1 layer", model=dict(n_layers=1)), _variant(INDUCTION, "2 layers")),
-        "held-out loss", 37.0, _explain_induction, knockout=("2 layers",), heads=("2 layers",)),
+        ("held-out loss", "held-out accuracy (predictable positions)"), 37.0, _explain_induction, knockout=("2 layers",), heads=("2 layers",)),
     Preset(
         "pre_post_ln", "Pre-LN vs post-LN",
         "At a high learning rate (1e-2) with no warmup, which trains: LayerNorm before each sublayer (pre-LN) "
@@ -278,27 +278,27 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture (cosine decay in all three runs)",
         (_variant(LN, LN_RUNS[0]), _variant(LN, LN_RUNS[1], model=dict(norm="post")),
          _variant(LN, LN_RUNS[2], model=dict(norm="post"), train=dict(warmup=100))),
-        "held-out loss", 125.0, _explain_ln),
+        ("held-out loss",), 125.0, _explain_ln),
     Preset(
         "short_long", "Train short, test long",
         "Each model trains on 32-token sequences and is tested on up to 128. Which positional encoding keeps "
         "its loss low past the training length?",
         "Press et al. 2021, Train Short, Test Long (ALiBi); here on the induction task's language-model loss",
         tuple(_variant(SHORT_LONG, pe, model=dict(pos=pe)) for pe in PES),
-        "held-out loss (longer lengths)", 111.0, _explain_short_long),
+        ("held-out loss (longer lengths)", "held-out loss"), 111.0, _explain_short_long),
     Preset(
         "beyond", "Positions beyond training",
         "Reverse sequences of length 1-16, then 17-24. Which positional encoding, if any, still works past the "
         "training lengths? Do two seeds agree?",
         "Kazemnejad et al. 2023 (NoPE); Delétang et al. 2022. An exploration: at this size no PE wins reliably",
         tuple(_variant(BEYOND, f"{pe} seed {s}", model=dict(pos=pe), train=dict(seed=s)) for pe in PES for s in SEEDS),
-        "held-out loss (longer lengths)", 161.0, _explain_beyond),
+        ("held-out exact-match (longer lengths)", "held-out exact-match"), 161.0, _explain_beyond),
     Preset(
         "encoder_decoder", "Original encoder-decoder",
         "The encoder reads a sequence, the decoder writes it backwards. Where will output position t look in "
         "the input through cross-attention?",
         "Vaswani et al. 2017, Attention Is All You Need (pre-LN here; sinusoidal positions)",
-        (ENCDEC,), "held-out exact-match", 18.0, _explain_encdec),
+        (ENCDEC,), ("held-out exact-match",), 18.0, _explain_encdec),
     Preset(
         "grokking", "Grokking",
         "(a + b) mod 97 with 40% of the pairs for training. Training accuracy reaches ~100% early. Will accuracy "
@@ -307,7 +307,7 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "(a + b is symmetric), so it groks within 2200 steps on a CPU; the embeddings are decayed too, as in "
         "Nanda et al.; the ablation uses the same 40%",
         (_variant(GROK, "weight decay 1.0"), _variant(GROK, "weight decay 0", train=dict(weight_decay=0.0))),
-        "held-out exact-match", 134.0, _explain_grok, fourier=("weight decay 1.0",)),
+        ("held-out exact-match", "train exact-match"), 134.0, _explain_grok, fourier=("weight decay 1.0",)),
     Preset(
         "why_attention", "Why attention, not recurrence",
         "A Transformer and an LSTM of about the same size reverse 16 symbols. Which solves it in 600 steps, and "
@@ -316,7 +316,7 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "recurrent layer in O(n); here an LSTM (Hochreiter and Schmidhuber 1997) in the decoder-only format",
         (_variant(RECUR, RECUR_RUNS[0]),
          _variant(RECUR, RECUR_RUNS[1], model=dict(arch="lstm", n_heads=1, d_model=80, d_ff=0, norm="none", pos="none"))),
-        "held-out exact-match", 68.0, _explain_recurrence, distance=("LSTM",)),
+        ("held-out exact-match",), 68.0, _explain_recurrence, distance=("LSTM",)),
     Preset(
         "why_residuals", "Why residual connections",
         "Four 6-layer Transformers sort 12 symbols: pre-LN and post-LN, each with and without residual "
@@ -325,7 +325,7 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "Residual Learning for Image Recognition",
         tuple(_variant(RESID, n, model=dict(norm="post" if n.startswith("post") else "pre",
                                             residual="off" if "no residuals" in n else "on")) for n in RESID_RUNS),
-        "held-out loss", 200.0, _explain_residuals),
+        ("held-out loss",), 200.0, _explain_residuals),
     Preset(
         "why_scaling", "Why 1/√d_k",
         "Two models with one attention head of width d_k = 128 learn to reverse sequences. One divides its "
@@ -333,13 +333,13 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "Vaswani et al. 2017, section 3.2.1 and footnote 4: dot products grow with d_k and push the softmax "
         "into regions of small gradients",
         (_variant(SCALING, SCALING_RUNS[0]), _variant(SCALING, SCALING_RUNS[1], model=dict(scale="none"))),
-        "held-out loss", 101.0, _explain_scaling),
+        ("held-out loss",), 101.0, _explain_scaling),
     Preset(
         "stability", "Stability map: when post-LN needs warmup",
         "Pre-LN and post-LN, each at 4 learning rates x 3 warmups (24 runs, one seed). Predict: where on the map "
         "does post-LN learn nothing without warmup while pre-LN still trains, and does warmup move that edge?",
         "Xiong et al. 2020, On Layer Normalization in the Transformer Architecture (here 200 steps, cosine decay)",
-        tuple(stability.configs()), "held-out loss", 280.0, stability.explain),
+        tuple(stability.configs()), ("held-out loss",), 280.0, stability.explain),
     Preset(
         "table3", "Table 3 at toy scale",
         "The paper's Table 3 changes one thing at a time: one head or 32, a smaller d_k, a third of the layers, "
@@ -347,5 +347,5 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "hurt a small character-level language model?",
         "Vaswani et al. 2017, Table 3 (rows A-E), at toy scale: 3 layers of d_model 64 on the built-in text, "
         "held-out perplexity per character, 3 seeds per row (21 runs)",
-        tuple(table3_configs()), "held-out loss", 1200.0, _explain_table3),
+        tuple(table3_configs()), ("held-out loss",), 1200.0, _explain_table3),
 )}
