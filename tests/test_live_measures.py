@@ -48,3 +48,18 @@ def test_the_accuracy_plot_and_the_result_line_use_the_tasks_own_measure(ctx, ta
         assert "exact-match" not in text.lower() and "nats" in text and "chance" in text, text
     if task["name"] == "induction":
         assert "predictable positions" in text
+
+
+def test_the_train_tabs_two_plots_give_each_measure_one_colour(ctx, tmp_path):
+    """Issue 34 item 5: the loss plot listed train first and the accuracy plot held-out first, so each plot's
+    own palette coloured train and held-out oppositely. Both plots now carry one colour map, set at build,
+    naming every series the live frames draw."""
+    from lab.engine.store import RunStore
+    from ui.app import build_demo
+
+    demo = build_demo(RunStore(tmp_path / "runs"))
+    plots = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None) in ("live-loss", "live-acc")}
+    loss_map, acc_map = plots["live-loss"].color_map, plots["live-acc"].color_map
+    assert loss_map == acc_map and loss_map["train"] != loss_map["held-out"]
+    loss, acc = live_frames(ctx, trained_run(ctx.store, BASE))
+    assert set(loss["series"]) | set(acc["series"]) <= set(loss_map)

@@ -29,7 +29,7 @@ from lab.records import EXACT_MATCH, PREDICTABLE_ACC, TOKEN_ACC, Metric
 from lab.tasks.batches import get_task
 from lab.tasks.shapes import headline_metrics
 from lab.teach.loss_reading import headline_sentence, overfitting_sentence
-from lab.views.curves import curve, with_series
+from lab.views.curves import SERIES_COLOURS, curve, with_series
 from ui.common import AppContext
 
 FAST_S = 1.0  # the refresh while something changes: a running run's curves and step count
@@ -133,6 +133,9 @@ def answer(seen: Seen, run_id: str, text: str, frames_version: Optional[Version]
 
 
 ACC_TITLE = "Accuracy: the task's headline measure (the sentence above says which)"
+# the live plots' series, one colour each in both plots (the loss plot listed train first, the accuracy plot
+# held-out first, so each plot's default palette gave train and held-out opposite colours)
+LIVE_COLOURS = {"train": SERIES_COLOURS[0], "held-out": SERIES_COLOURS[1], "held-out, longer lengths": SERIES_COLOURS[2]}
 ACC_COLUMNS: dict[Metric, str] = {EXACT_MATCH: "exact-match", PREDICTABLE_ACC: "accuracy (predictable positions)",
                                   TOKEN_ACC: "token accuracy"}  # record column -> the curves' name for it (lab/views/curves.py CURVES)
 

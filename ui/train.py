@@ -16,7 +16,7 @@ from ui.common import PRIVATE, AppContext, with_api_params
 from ui.gpu import gpu_available, wire_gpu_button
 from ui.grid import GridPanel, axis_inputs, build_grid_panel, on_preview
 from ui.knobs import KNOB_KEYS, KNOBS, TASK_SHOWN, build_widgets, config_from_values, shown_for_task, wire_task_choice
-from ui.live import ACC_TITLE, FrameCache, live_frames
+from ui.live import ACC_TITLE, LIVE_COLOURS, FrameCache, live_frames
 from ui.share import build_share_panel
 from ui.textfile import build_text_upload, text_box_shown
 from ui.train_events import (NO_RUN, ContinueOut, DeleteOut, PollOut, StartOut, TrainView, describe, knob_values,
@@ -78,10 +78,13 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                     cont = gr.Button("Continue training", size="sm", elem_id="continue-btn", scale=1)
                 cont_note = gr.Markdown("", elem_id="continue-note")
                 # fixed titles: a changed title redraws with the data from before the update (ui/compare/tab.py)
+                # one colour per measure in both (train blue, held-out orange), fixed from the start
                 loss_plot = gr.LinePlot(x="step", y="value", color="series", title="Loss (nats a token)",
-                                        y_title="cross-entropy", elem_id="live-loss", height=260, x_axis_format="d")
+                                        y_title="cross-entropy", elem_id="live-loss", height=260, x_axis_format="d",
+                                        color_map=LIVE_COLOURS)
                 acc_plot = gr.LinePlot(x="step", y="value", color="series", title=ACC_TITLE, y_title="accuracy",
-                                       y_lim=[0, 1], elem_id="live-acc", height=260, x_axis_format="d")
+                                       y_lim=[0, 1], elem_id="live-acc", height=260, x_axis_format="d",
+                                       color_map=LIVE_COLOURS)
                 build_share_panel(widgets, ctx.jobs.limits.max_upload_bytes)
                 grid = build_grid_panel(ctx, widgets, my_runs, owner)
         timer = gr.Timer(POLL_S, active=False)
