@@ -175,10 +175,10 @@ def stability_plot(m: StabilityMap, metric: str, lower_is_better: bool) -> Any:
         title={"text": f"Stability map: final {metric}<br><span style='font-size:11px'>on the whole {measured} at "
                        f"the last evaluation;<br>mean over seeds, {better}; ✕ failed, diverged<br>or did not learn "
                        "(final held-out loss at least 0.9<br>of the first batch's)</span>", "font": {"size": 13},
-               "x": 0, "xanchor": "left", "y": 0.99, "yanchor": "top", "pad": {"t": 4}},
+               "x": 0, "xanchor": "left", "yref": "container", "y": 1, "yanchor": "top", "pad": {"t": 16}},
         coloraxis={"colorscale": "Viridis", "reversescale": lower_is_better, "cmin": lo, "cmax": hi,
                    "colorbar": {"title": {"text": metric, "side": "right"}, "thickness": 12}},
-        height=150 + n * (60 + 40 * len(m.ys)), template="plotly_white", margin={"l": 10, "r": 10, "t": 150, "b": 10})
+        height=160 + n * (60 + 40 * len(m.ys)), template="plotly_white", margin={"l": 10, "r": 10, "t": 160, "b": 10})
     fig.update_xaxes(type="category", automargin=True)
     fig.update_xaxes(title_text=FIELD_LABELS.get(m.x, m.x), row=n, col=1)
     fig.update_yaxes(type="category", automargin=True, title_text=FIELD_LABELS.get(m.y, m.y))
