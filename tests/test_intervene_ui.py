@@ -193,7 +193,7 @@ def test_the_panel_follows_the_step_slider_to_the_weights_kept_then(ctx, runs):
     run_id = runs["copy"]
     cfg = ctx.store.config(run_id)
     shown = show(ctx, cache, run_id)["shown"]  # a new run: its final weights, whatever the slider holds
-    at0 = show(ctx, cache, run_id, "step", shown, step=0)
+    at0 = show(ctx, cache, run_id, "drawn", shown, step=0)
     assert at0["weights_note"].startswith("Weights at step 0")
     init = load_model(cfg, {k: v.half().float() for k, v in load_model(cfg).state_dict().items()})
     answer = greedy_answer(init, cfg, sampled_probe(cfg).batch)
@@ -201,9 +201,12 @@ def test_the_panel_follows_the_step_slider_to_the_weights_kept_then(ctx, runs):
     applied_at0 = show(ctx, cache, run_id, "apply", at0["shown"], heads=["0.0"], step=0)
     intact_at0 = ablation_report(init, cfg, Interventions(heads=(HeadRef(DEC_SELF, 0, 0),)))["intact"]["eval"]
     assert rows(applied_at0["metrics"])[0][1] == f"{intact_at0['loss']:.3f}"
-    back = show(ctx, cache, run_id, "step", at0["shown"], step=300)
+    back = show(ctx, cache, run_id, "drawn", at0["shown"], step=300)
     assert "Final weights (step 300)" in back["weights_note"]
-    nowhere = show(ctx, cache, run_id, "step", back["shown"], step=17)  # no snapshot there: the final weights
-    assert nowhere["shown"] == back["shown"] and "answer" not in nowhere  # the final weights still shown
-    typed = show(ctx, cache, run_id, "step", back["shown"], source="typed", text="3 1 2", step=0)
+    near = ctx.store.snapshot_near(run_id, 17)
+    between = show(ctx, cache, run_id, "drawn", back["shown"], step=17)  # no snapshot there: the nearest one's,
+    assert near != 17 and between["weights_note"].startswith(f"Weights at step {near}")  # as the heatmaps draw
+    again = show(ctx, cache, run_id, "drawn", between["shown"], step=near)
+    assert again["shown"] == between["shown"] and "answer" not in again  # the same weights: nothing redrawn
+    typed = show(ctx, cache, run_id, "drawn", again["shown"], source="typed", text="3 1 2", step=0)
     assert "Final weights (step 300)" in typed["weights_note"]  # a typed input uses the final weights
