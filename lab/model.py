@@ -17,7 +17,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from lab.config import GATED, ModelConfig
+from lab.config import GATED, RECURRENT, ModelConfig
+from lab.fields import ConfigError
 from lab.positional import EMBED_STD, PositionalEncoding, build_positional
 from lab.records import CROSS, DEC_SELF, ENC_SELF, AttentionKind
 from lab.tasks.shapes import IGNORE_INDEX
@@ -223,6 +224,9 @@ class Transformer(nn.Module):
 
     def __init__(self, cfg: ModelConfig, vocab_size: int) -> None:
         super().__init__()
+        if cfg.arch in RECURRENT:  # it once built a decoder for them without a word
+            raise ConfigError("model.arch", f"{cfg.arch!r} is a recurrent baseline, not a Transformer: build it with "
+                              "lab.recurrent.RecurrentLM (lab.trainer.build_model picks the right one)")
         self.cfg, self.vocab_size = cfg, vocab_size
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
         self.pos = build_positional(cfg)

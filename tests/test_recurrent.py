@@ -112,3 +112,14 @@ def test_trains_on_a_copy_like_signal():
         loss.backward()
         opt.step()
     assert loss.item() < 0.1 * torch.log(torch.tensor(float(VOCAB))).item()
+
+
+def test_the_transformer_refuses_a_recurrent_architecture():
+    """Issue 34 item 10: Transformer(ModelConfig(arch="lstm")) built a decoder-only Transformer without a word."""
+    from lab.config import ModelConfig
+    from lab.fields import ConfigError
+    from lab.model import Transformer
+
+    for arch in ("lstm", "gru"):
+        with pytest.raises(ConfigError, match=f"model.arch: '{arch}' is a recurrent baseline, not a Transformer"):
+            Transformer(ModelConfig(arch=arch, n_heads=1, d_ff=0, norm="none", pos="none"), 10)
