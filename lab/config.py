@@ -128,8 +128,8 @@ class ModelConfig:
                                   "units, so the layer keeps about 2 d d_ff weights.", widget=RADIO, axis="activation",
                                   short="act")
     head_dim: int = knob(0, label="d_head", help="Width of each head's queries, keys and values; 0 = d_model / "
-                         "Heads (the paper). The output projection maps Heads x d_head back to d_model (the "
-                         "paper's Table 3, row B, varies it alone).", lo=0, hi=1024, widget=_number(0),
+                         "Heads (the paper). The output projection maps Heads x d_head back to d_model. It sets d_k and "
+                         "d_v together; the paper's Table 3, row B, varies d_k alone (d_v stays 64).", lo=0, hi=1024, widget=_number(0),
                          advanced=True, axis="d_head")
     scale: Scale = knob("sqrt", label="Attention scaling", help="sqrt: scores divided by sqrt(d_head) (Vaswani et "
                         "al. 2017, sec. 3.2.1); none: scaling removed, so the scores' variance grows with d_head and "

@@ -13,7 +13,8 @@ text is easy to memorise), positions (order matters in text). What each row meas
 The rows kept are the ones whose values this project carries (docs/SCIENCE.md, "Table 3 at toy scale").
 The toy base has 3 layers (the paper's 6) and every width divided by 8 (d_model 64, 8 heads of d_k 8, d_ff
 256); each row changes what the paper's row changes, in the same proportion (row C keeps a third of the
-layers, as N = 2 does of 6; row B a quarter of d_k, as 16 does of 64).
+layers, as N = 2 does of 6; row B a quarter of d_k, as 16 does of 64, though the toy's d_head knob narrows
+d_v with it where the paper kept d_v at 64: docs/SCIENCE.md).
 """
 from __future__ import annotations
 
