@@ -80,6 +80,9 @@ def test_an_attached_students_stop_and_delete_leave_the_run_to_the_others(setup)
     assert jobs.holders(run_id) == [ADA]
     with pytest.raises(gr.Error, match="belongs to another user"):
         endpoint(demo, "stop")(run_id, CY)
+    # deleting a run that still trains: said before the question (it asked "cannot be undone?", then refused)
+    with pytest.raises(gr.Error, match=f"Run shown: {run_id} is (queued|running); press Stop first, then Delete run"):
+        endpoint(demo, "delete_ask")(run_id, ADA)
     gate.set()
     wait_all(jobs, [run_id])
     start(demo, CY)  # completed: Cy attaches

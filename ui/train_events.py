@@ -15,7 +15,7 @@ from lab.engine.identity import class_seed, fresh_seed, seeded
 from lab.engine.jobs import JobManager
 from lab.engine.limits import Limits, check_config, valid_owner
 from lab.engine.sharing import describe_claim
-from lab.engine.store import TERMINAL_STATES, DamagedRunError, RunNotFoundError
+from lab.engine.store import LIVE_STATES, TERMINAL_STATES, DamagedRunError, RunNotFoundError
 from lab.fields import shown
 from lab.params import param_breakdown
 from lab.tasks.batches import get_task
@@ -273,6 +273,12 @@ def on_delete_ask(ctx: AppContext, run_id: Optional[str], who: Optional[str] = N
     if acting in holders and others:
         return gr.Row(visible=True), (f"Remove run **{run_id}** from your runs? {others_hold(len(others))} it too, "
                                       "so it stays on this server for them.")
+    try:
+        state = ctx.jobs.status(run_id).state
+    except DamagedRunError:
+        state = ""  # a damaged status: deleting it is the way out
+    if state in LIVE_STATES:  # said before asking: the question would only be refused after the click
+        raise ValueError(f"Run shown: {run_id} is {state}; press Stop first, then Delete run")
     return gr.Row(visible=True), f"Delete run **{run_id}** and everything it saved? This cannot be undone."
 
 
