@@ -66,7 +66,6 @@ def set_step(page, step: int) -> None:
     box = page.locator("#inspect-step input[type=number]")
     box.fill(str(step))
     box.press("Enter")
-    page.locator("#inspect-step input[type=range]").dispatch_event("pointerup")
     page.locator("#circuits-roles-note").get_by_text(f"At step {step},").wait_for()
 
 
@@ -91,6 +90,8 @@ def test_a_student_watches_the_induction_head_form_and_patches_it(circuits_app, 
         choose(page, "#inspect-run", labels["induction"])
         note = page.locator("#circuits-roles-note")
         note.get_by_text(f"At step {steps[-1]},").wait_for()
+        # and the heatmaps have drawn the run: a step typed before would be overwritten by the run's last one
+        page.locator("#inspect-caption").get_by_text(f"at step {steps[-1]}.").wait_for()
         assert table(page, "#circuits-roles-table") == scores_at(printed, steps[-1])
 
         set_step(page, before)  # before the phase change: no induction head
@@ -140,6 +141,8 @@ def test_a_student_watches_the_induction_head_form_and_patches_it(circuits_app, 
 
         choose(page, "#inspect-run", labels["induction"])  # back: the end of the run, its task's inputs again
         note.get_by_text(f"At step {steps[-1]},").wait_for()
+        # and the heatmaps have drawn the run: a step typed before would be overwritten by the run's last one
+        page.locator("#inspect-caption").get_by_text(f"at step {steps[-1]}.").wait_for()
         page.locator("#circuits-pair-note").get_by_text(f"Weights at step {steps[-1]}.").wait_for()
         assert table(page, "#circuits-roles-table")[0][0] == "layer 0"
         assert page.locator("#circuits-clean input, #circuits-clean textarea").first.input_value() == clean
@@ -163,6 +166,7 @@ def test_a_modular_addition_run_shows_its_fourier_picture_at_each_step(circuits_
         note = page.locator("#circuits-fourier-note")
         for at in (printed[-1], printed[0]):
             if at is printed[0]:
+                page.locator("#inspect-caption").get_by_text(f"at step {printed[-1]['step']}.").wait_for()
                 set_step(page, at["step"])
             note.get_by_text(f"At step {at['step']},").wait_for()
             said = note.inner_text()
