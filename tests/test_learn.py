@@ -11,7 +11,7 @@ import pytest
 import torch
 from matplotlib.figure import Figure
 
-from lab.teach import lessons
+from lab.teach import lesson_figures, lessons
 from lab.params import param_formula
 from lab.views.analysis import attention
 from lab.config import ConfigError, ModelConfig, RunConfig, TaskConfig, TrainConfig
@@ -146,6 +146,23 @@ def test_pre_and_post_ln_at_init(subjects):
         assert r.stream[(init, "pre")][0] == r.stream[(init, "post")][0]  # the same embeddings
     assert np.all(np.diff(r.stream[("xavier", "pre")]) > 0)  # pre-LN's residual stream grows with depth
     assert r.grad[("xavier", "post")][-1] > r.grad[("xavier", "pre")][-1]  # Xiong et al.: larger near the output
+
+
+def test_page_8_names_the_deeper_models_it_draws_and_page_10_says_the_model_has_no_cross_attention(ctx):
+    """Page 8 draws fresh models at least LN_MIN_LAYERS deep: its "model shown" line says so, not the chosen
+    model's 2 layers alone; page 10 on a decoder-only model of a decoder-only task blames the model."""
+    fig, shown, caption = page_view(ctx, "norm", NO_RUN, "")
+    n = lessons.LN_MIN_LAYERS
+    assert f"pre-LN and post-LN models {n} layers deep" in shown and "the chosen model has 2" in shown, shown
+    assert caption.startswith(f"{n} layers, one backward pass"), caption
+    deep = lessons.Subject(replace(TINY, model=replace(TINY.model, n_layers=n + 1)), None, "a deep model")
+    assert lesson_figures.shown_on_page("norm", deep) == "a deep model"  # deep enough: the model itself
+    induction = lessons.Subject(replace(TINY, model=replace(TINY.model, n_ctx=32),
+                                        task=TaskConfig(name="induction", min_len=12, max_len=12)), None, "x")
+    fig, caption = page_figure("cross", induction)
+    text = "".join("".join(t.get_text() for ax in fig.axes for t in ax.texts).split())  # the wrapped lines, joined
+    assert "decoder-only,soithasnocross-attention" in text and "task,induction" in text, text
+    assert caption == "No cross-attention to draw: the chosen model is decoder-only.", caption
 
 
 def test_ff_units_and_attention_only_models(subjects):

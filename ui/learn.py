@@ -13,7 +13,7 @@ from typing import Optional
 import gradio as gr
 
 from lab.config import RECURRENT, ConfigError, flatten
-from lab.teach.lesson_figures import page_figure
+from lab.teach.lesson_figures import page_figure, shown_on_page
 from lab.views.analysis import MAX_PROBE_CHARS
 from lab.teach.lesson_pages import PAGE_KEYS, PAGES, markdown, page
 from lab.teach.lessons import Subject, default_subject
@@ -57,7 +57,7 @@ def page_view(ctx: AppContext, key: str, run_id: Optional[str], probe: str):
         raise ConfigError("run_id", f"{run_id!r} is not a run id (pick a run from the list)")
     subject = subject_for(ctx, run_id)
     fig, caption = page_figure(key, subject, probe or "")
-    return fig, f"**Model shown:** {subject.source}.", caption
+    return fig, f"**Model shown:** {shown_on_page(key, subject)}.", caption
 
 
 def neighbour(key: Optional[str], step: int) -> str:

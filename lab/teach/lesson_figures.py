@@ -294,8 +294,10 @@ def cross(s: lessons.Subject, probe: ProbeInput) -> tuple[Figure, str]:
     try:
         ed = lessons.as_encoder_decoder(s)
     except ConfigError as exc:
-        return _text(f"This task cannot run as an encoder-decoder ({exc}). Pick an encoder-decoder run, "
-                     "e.g. from the Original encoder-decoder preset."), "No encoder-decoder for this task."
+        return _text(f"The chosen model is {s.cfg.model.arch}-only, so it has no cross-attention; and an untrained "
+                     f"encoder-decoder cannot be built for its task, {s.cfg.task.name}, to draw one instead ({exc}). "
+                     "Pick an encoder-decoder run, e.g. from the Original encoder-decoder preset."), \
+            f"No cross-attention to draw: the chosen model is {s.cfg.model.arch}-only."
     probe = probe if ed is s else ed.probe()
     p = lessons.patterns(ed, probe)[CROSS]
     fig = attention_grid(p, probe.dec_labels, probe.src_labels, KIND_TITLES[CROSS])
@@ -337,6 +339,17 @@ DRAW: dict[str, Callable[[lessons.Subject, ProbeInput], tuple[Figure, str]]] = {
     "softmax": softmax, "heads": heads, "norm": norm, "ff": ff, "cross": cross, "output": output,
     "interventions": lesson_interventions.interventions, "circuits": lesson_circuits.circuits,
 }
+
+
+def shown_on_page(key: str, subject: lessons.Subject) -> str:
+    """The page's "model shown" line: the chosen model, or what the page builds from it instead (page 8's
+    pre-LN and post-LN models are fresh ones at least LN_MIN_LAYERS deep)."""
+    n = max(subject.cfg.model.n_layers, lessons.LN_MIN_LAYERS)
+    if key == "norm" and n != subject.cfg.model.n_layers:
+        return (f"fresh, untrained pre-LN and post-LN models {n} layers deep (the page needs at least "
+                f"{lessons.LN_MIN_LAYERS} for a trend; the chosen model has {subject.cfg.model.n_layers}), with its "
+                f"task, width and heads; the chosen model is {subject.source}")
+    return subject.source
 
 
 def page_figure(key: str, subject: lessons.Subject, probe_text: str = "") -> tuple[Figure, str]:
