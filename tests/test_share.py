@@ -62,6 +62,17 @@ def test_a_bad_link_value_is_reported_and_nothing_applied():
     assert any("model.d_model" in p for p in problems) and any("bogus" in p for p in problems)
 
 
+def test_a_link_with_several_bad_values_names_each_and_applies_none():
+    keys = {k.key: k.url_key for k in KNOBS}
+    query = {keys["model.n_layers"]: "500", keys["model.d_model"]: "100000", keys["train.lr"]: "-1",
+             keys["model.n_heads"]: "2", keys["task.name"]: "reverse"}
+    values, _, problems = values_from_query(query)
+    assert values == {}, values
+    named = [p.split(":")[0] for p in problems]
+    assert sorted(named) == ["URL option model.d_model", "URL option model.n_layers", "URL option train.lr"], problems
+    assert any("500" in p for p in problems) and any("100000" in p for p in problems), problems
+
+
 @pytest.mark.parametrize("key,cfg", PRESET_RUNS[::3], ids=[f"{k}-{c.name}" for k, c in PRESET_RUNS[::3]])
 def test_json_file_round_trips(tmp_path, key, cfg):
     path = tmp_path / "config.json"

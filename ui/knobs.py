@@ -206,12 +206,25 @@ def values_from_query(params: dict[str, str]) -> tuple[dict[str, Any], list[str]
         values[knob.key] = text if knob.kind is str else _number(text)
     hide = [BY_URL[h].key for h in params.get("hide", "").split(",") if h in BY_URL]
     problems += [f"unknown control to hide {shown(h)}" for h in params.get("hide", "").split(",") if h and h not in BY_URL]
-    try:
-        config_from_values(values)
-    except ConfigError as exc:
-        problems.append(f"URL option {exc}")
-        values = {}
-    return values, hide, problems
+    refused = _refusals(values)
+    problems += [f"URL option {exc}" for exc in refused]
+    return ({} if refused else values), hide, problems
+
+
+def _refusals(values: dict[str, Any]) -> list[ConfigError]:
+    """Every refused value among `values` (by knob key), not only the first: the check is repeated without each
+    value it names until the rest pass or it names one not given (a rule between several knobs)."""
+    left, refused = dict(values), []
+    while True:
+        try:
+            config_from_values(left)
+            return refused
+        except ConfigError as exc:
+            if str(exc) not in map(str, refused):
+                refused.append(exc)
+            if exc.field not in left:
+                return refused
+            del left[exc.field]
 
 
 def _number(text: str) -> Any:
