@@ -38,6 +38,7 @@ Device = Literal["auto", "cpu", "cuda", "mps"]
 
 ARCHS: tuple[str, ...] = get_args(Arch)
 RECURRENT = ("lstm", "gru")  # recurrent baselines (lab/recurrent.py): no attention, no positions, no norms
+RECURRENT_READS = ("model.arch", "model.d_model", "model.n_layers", "model.dropout")  # the model knobs they read
 # weight blocks per recurrent layer: LSTM input, forget, cell, output gates; GRU reset, update, new
 GATES = {"lstm": 4, "gru": 3}
 TRANSFORMERS = tuple(a for a in ARCHS if a not in RECURRENT)  # the architectures with attention

@@ -2,7 +2,9 @@
 the recurrent baselines): the summary says which knobs do not apply, the run trains to completion, Compare
 names it by its architecture, and Inspect says plainly that it has no attention while it still answers;
 switching Inspect between a Transformer run and the LSTM, back and forth, never leaves the Transformer's
-heatmap on screen under the LSTM (nor the LSTM's sentence under the Transformer)."""
+heatmap on screen under the LSTM (nor the LSTM's sentence under the Transformer). What an LSTM does not have
+(the Train tab's attention, position and norm knobs; Inspect's head importance, positional intervention and
+patching) is greyed out with the reason, and back for a Transformer."""
 from __future__ import annotations
 
 import pytest
@@ -25,6 +27,18 @@ def test_an_lstm_trains_from_start_and_inspect_says_it_has_no_attention(app_serv
         wait_finished(page, app_server, [transformer], WAIT_MS)
         page.locator("#arch").get_by_label("lstm", exact=True).check()
         expect(page.locator("#config-summary")).to_contain_text("A recurrent model (LSTM)")
+        # the knobs an LSTM does not read are greyed out, saying why; the ones it reads are not
+        for knob in ("#pos input", "#n_heads input[type=number]", "#d_ff input", "#norm input >> nth=0"):
+            expect(page.locator(knob)).to_be_disabled()
+        expect(page.locator("#pos")).to_contain_text("Not used by a recurrent model (LSTM)")
+        expect(page.locator("#n_layers input[type=number]")).to_be_enabled()
+        page.locator("#arch").get_by_label("gru", exact=True).check()
+        expect(page.locator("#pos")).to_contain_text("Not used by a recurrent model (GRU)")
+        page.locator("#arch").get_by_label("decoder", exact=True).check()
+        expect(page.locator("#pos input")).to_be_enabled()
+        expect(page.locator("#pos")).not_to_contain_text("Not used by")
+        page.locator("#arch").get_by_label("lstm", exact=True).check()
+        expect(page.locator("#norm input >> nth=0")).to_be_disabled()
         page.locator("#start-btn").click()
         page.wait_for_function("(prev) => { const v = document.querySelector('#run-pick input').value;"
                                " return v && v !== prev; }", arg=transformer, polling=250)
@@ -40,6 +54,13 @@ def test_an_lstm_trains_from_start_and_inspect_says_it_has_no_attention(app_serv
         expect(page.locator("#attn-dec_self")).to_be_hidden()
         expect(page.locator("#answer-table")).to_be_visible()  # the model still answers the probe
         expect(page.locator("#answer-weights-note")).to_contain_text("Final weights")
+        # what needs heads or positions is greyed out, saying why, not offered to fail
+        expect(page.locator("#importance-btn")).to_be_disabled()
+        expect(page.locator("#importance-btn")).to_contain_text("no heads")
+        expect(page.locator("#intervene-pos input >> nth=0")).to_be_disabled()
+        expect(page.locator("#intervene-pos")).to_contain_text("no positional encoding")
+        for button in ("#circuits-make", "#circuits-patch"):
+            expect(page.locator(button)).to_be_disabled()
 
         lstm_label = f"lstm L2 s0 reverse ({run_id[-6:]})"
         tf_label = f"learned pre-LN L2 s0 reverse ({transformer[-6:]})"
@@ -49,7 +70,11 @@ def test_an_lstm_trains_from_start_and_inspect_says_it_has_no_attention(app_serv
                 page.wait_for_function("() => { const i = document.querySelector('#attn-dec_self img');"
                                        " return i && i.complete && i.naturalWidth > 100; }", polling=250)
                 expect(page.locator("#inspect-caption")).not_to_contain_text("has no attention")
+                for button in ("#importance-btn", "#circuits-make", "#circuits-patch"):
+                    expect(page.locator(button)).to_be_enabled()
+                expect(page.locator("#intervene-pos input >> nth=0")).to_be_enabled()
             else:
                 expect(page.locator("#attn-dec_self")).to_be_hidden()
                 expect(page.locator("#inspect-caption")).to_contain_text("has no attention")
+                expect(page.locator("#importance-btn")).to_be_disabled()
         assert_no_errors(page)

@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 
 import gradio as gr
 
-from lab.config import ConfigError, RunConfig, declared_fields
+from lab.config import RECURRENT, RECURRENT_READS, ConfigError, RunConfig, declared_fields
 from lab.derived import lengths_on_choosing, resolve
 from lab.fields import FieldInfo, shown
 from lab.tasks.shapes import SHAPES
@@ -147,6 +147,19 @@ def config_from_values(values: dict[str, Any], base: Optional[RunConfig] = None)
 # The task knobs whose visibility follows the chosen task (the text box has its own rule: ui/textfile.py)
 TASK_SHOWN = tuple(k for k in KNOBS if k.key.startswith("task.") and k.key != "task.name" and k.when is None)
 LENGTH_KEYS = ("task.min_len", "task.max_len")
+
+
+# The model knobs a recurrent model does not read: greyed out, saying why, while lstm or gru is chosen
+ARCH_BOUND = tuple(k for k in KNOBS if k.key.startswith("model.") and k.key not in RECURRENT_READS)
+
+
+def usable_for_arch(arch: Any) -> list[dict[str, Any]]:
+    """Updates of the ARCH_BOUND widgets when `arch` is chosen: disabled, with the reason first in their
+    explanation, for a recurrent model; as declared otherwise."""
+    recurrent = arch in RECURRENT
+    why = (f"Not used by a recurrent model ({str(arch).upper()}): it reads one token at a time, with no attention, "
+           "positions, norms or feed-forward layers. ") if recurrent else ""
+    return [gr.update(interactive=not recurrent, info=why + k.info) for k in ARCH_BOUND]
 
 
 def shown_for_task(task: Any) -> list[dict[str, Any]]:

@@ -15,7 +15,8 @@ import gradio as gr
 from ui.common import PRIVATE, AppContext, with_api_params
 from ui.gpu import gpu_available, wire_gpu_button
 from ui.grid import GridPanel, axis_inputs, build_grid_panel, on_preview
-from ui.knobs import KNOB_KEYS, KNOBS, TASK_SHOWN, build_widgets, config_from_values, shown_for_task, wire_task_choice
+from ui.knobs import (ARCH_BOUND, KNOB_KEYS, KNOBS, TASK_SHOWN, build_widgets, config_from_values, shown_for_task,
+                      usable_for_arch, wire_task_choice)
 from ui.live import ACC_TITLE, LIVE_COLOURS, FrameCache, live_frames
 from ui.share import build_share_panel
 from ui.textfile import build_text_upload, text_box_shown
@@ -149,8 +150,9 @@ def on_knobs_changed(ctx: AppContext, *values: Any) -> list:
     the grid's axes and values): the summary, the grid's preview, which task knobs are shown, and whether
     the text box (with its upload button and note) is."""
     knobs = values[:len(KNOB_KEYS)]
-    task = knobs[KNOB_KEYS.index("task.name")]
-    return [validate(*knobs, ctx=ctx), on_preview(ctx, *values), *shown_for_task(task), *text_box_shown(task)]
+    task, arch = knobs[KNOB_KEYS.index("task.name")], knobs[KNOB_KEYS.index("model.arch")]
+    return [validate(*knobs, ctx=ctx), on_preview(ctx, *values), *shown_for_task(task), *text_box_shown(task),
+            *usable_for_arch(arch)]
 
 
 def wire_knob_changes(ctx: AppContext, v: TrainView, text_parts: list) -> None:
@@ -160,7 +162,8 @@ def wire_knob_changes(ctx: AppContext, v: TrainView, text_parts: list) -> None:
     re-run each other for ever. tests/test_event_wiring.py checks the rule for every event of the app."""
     watched = [v.widgets[k] for k in KNOB_KEYS] + axis_inputs(v.grid)
     gr.on([w.change for w in watched], partial(on_knobs_changed, ctx), inputs=watched,
-          outputs=[v.summary, v.grid.preview, *(v.widgets[k.key] for k in TASK_SHOWN), *text_parts],
+          outputs=[v.summary, v.grid.preview, *(v.widgets[k.key] for k in TASK_SHOWN), *text_parts,
+                   *(v.widgets[k.key] for k in ARCH_BOUND)],
           api_name="knobs_changed", show_progress="hidden", trigger_mode="always_last", preprocess=False,
           api_visibility=PRIVATE)
 

@@ -43,7 +43,7 @@ PATCH_NOTE = ("Each cell: how much of the clean answer one patch brings back, co
               "clean run into the corrupted one (1 = all of the clean answer's lead over the corrupted answer, "
               "0 = none). Click a cell to see that patch's answer and attention.")
 OUTPUTS = ("roles_note", "roles_table", "roles_fig", "fourier_note", "fourier", "clean", "corrupt", "pair_note",
-           "residual", "heads", "cell_note", "cell_attn", "shown")
+           "residual", "heads", "cell_note", "cell_attn", "shown", "make", "patch")
 NO_FOURIER = {"fourier_note": "", "fourier": gr.Plot(None, visible=False)}
 
 
@@ -197,8 +197,8 @@ def panel_update(ctx: AppContext, cache: MapCache, action: Any, shown: Any, run_
     if cfg.model.arch != "decoder":
         return {"roles_note": f"Head roles and patching are measured on decoder-only Transformers; this run is "
                               f"{cfg.model.arch}.", "roles_table": table(), "roles_fig": gr.Plot(None, visible=False),
-                "clean": "", "corrupt": "", "shown": run_id} | NO_FOURIER | _no_grids("")
-    out: dict[str, Any] = {"shown": run_id}
+                "clean": "", "corrupt": "", "shown": run_id} | NO_FOURIER | _no_grids("") | _patching_offered(False)
+    out: dict[str, Any] = {"shown": run_id} | (_patching_offered(True) if trigger == "run" else {})
     series, losses = _history(ctx, cache, run_id)
     if series and isinstance(step, (int, float)):  # the slider moves by the first gap; snapshots are rounded
         step = nearest(series, step).step  # every part reads the weights of one step, the one it says
@@ -258,6 +258,13 @@ def build_circuits_panel(ctx: AppContext, run: gr.Dropdown, source: gr.Radio, st
     return action
 
 
+def _patching_offered(offered: bool) -> dict[str, gr.Button]:
+    """Make from task and Patch: enabled for a decoder-only run; otherwise greyed out, saying why."""
+    why = " (decoder-only runs)" if not offered else ""
+    return {"make": gr.Button(f"Make from task{why}", interactive=offered),
+            "patch": gr.Button(f"Patch{why}", interactive=offered)}
+
+
 def roles_section(c: dict[str, Any]) -> gr.Radio:
     """Head roles over training and, for modular addition, grokking's Fourier picture: adds the outputs to
     `c`, returns the Head role control."""
@@ -290,4 +297,5 @@ def patching_section(c: dict[str, Any]) -> dict[str, gr.Button]:
                               interactive=False, visible=False, elem_id="circuits-heads")
     c["cell_note"] = gr.Markdown(elem_id="circuits-cell-note")
     c["cell_attn"] = gr.Plot(show_label=False, visible=False, elem_id="circuits-cell-attn")
+    c["make"], c["patch"] = buttons["make"], buttons["patch"]
     return buttons

@@ -28,6 +28,7 @@ from lab.records import CROSS, DEC_SELF, ENC_SELF
 from ui.common import AppContext
 
 KINDS = tuple(KIND_TITLES)  # the attention kinds, in the order their figures stand
+POSITIONAL_INFO = "what the model is told of token order: its positional encoding as trained, removed or shuffled"
 POSITIONAL = list(zip(("intact", "removed", "shuffled"), INTERVENED_POSITIONAL))  # (label, value)
 MAX_TEXT = MAX_PROBE_CHARS  # characters of a typed input or prompt
 MAX_MAPS = 16  # importance maps kept in memory (one per run, final step and knockout mode)
@@ -229,7 +230,13 @@ def controls(cfg: Optional[RunConfig]) -> dict[str, Any]:
                                       for layer in range(m.n_layers) for h in range(m.n_heads)]
         layers = [f"{p}{layer}" for p in ("", "enc.")[: 2 if encdec else 1] for layer in range(m.n_layers)]
         ff, decoder = m.d_ff > 0 and not recurrent, not encdec
-    return {"heads": gr.CheckboxGroup(choices=heads, value=[]), "mode": "zero", "positional": "intact",
+    recurrent = cfg is not None and cfg.model.arch in RECURRENT
+    why = f"none: a recurrent model ({cfg.model.arch.upper()}) has " if recurrent else ""
+    return {"heads": gr.CheckboxGroup(choices=heads, value=[]), "mode": "zero",
+            "positional": gr.Radio(value="intact", interactive=not recurrent,
+                                   info=f"{why}no positional encoding" if recurrent else POSITIONAL_INFO),
+            "importance_btn": gr.Button("Compute head importance" + (f" ({why}no heads)" if recurrent else ""),
+                                        interactive=not recurrent),
             "skip_ff": gr.CheckboxGroup(choices=layers if ff else [], value=[], interactive=ff, label=(
                 "Skip feed-forward (layers)" if ff else "Skip feed-forward (none: d_ff = 0)" if cfg is None or
                 cfg.model.arch not in RECURRENT else "Skip feed-forward (none: a recurrent model)")),

@@ -25,7 +25,7 @@ from lab.model import Transformer
 from lab.views.probe_plots import head_at
 from ui.common import AppContext, errors_as_messages, with_api_params
 from ui.inspect.actions import action_box, draw_from, read, write_cell_on, write_on
-from ui.inspect.intervention_views import (API, KINDS, MAX_TEXT, MODES, POSITIONAL, SEE_NOTE, MapCache, ablated_parts,
+from ui.inspect.intervention_views import (API, KINDS, MAX_TEXT, MODES, POSITIONAL, POSITIONAL_INFO, SEE_NOTE, MapCache, ablated_parts,
                                 answer_parts, api_call, cleared, cleared_ablated, compute_maps, controls, final_model,
                                 generated_text, importance_parts, lens_parts, page_probe, spec_from, table)
 
@@ -196,7 +196,7 @@ def interventions_section(c: dict[str, Any]) -> dict[str, gr.Button]:
         c["skip_block"] = gr.CheckboxGroup([], label="Skip block (layers)", min_width=200,
                                            elem_id="intervene-skip-block")
         c["positional"] = gr.Radio(POSITIONAL, value="intact", label="Positional encoding", min_width=240,
-                                   elem_id="intervene-pos")
+                                   elem_id="intervene-pos", info=POSITIONAL_INFO)
     with gr.Row():
         buttons = {"apply": gr.Button("Apply", variant="primary", elem_id="intervene-apply"),
                    "reset": gr.Button("Reset", elem_id="intervene-reset")}
@@ -211,7 +211,7 @@ def importance_and_lens_section(c: dict[str, Any]) -> dict[str, gr.Button]:
     """The head importance grid (a click on a cell knocks that head out) and the logit lens: adds the
     outputs to `c`, returns the importance button by action name."""
     gr.Markdown("### Head importance")
-    button = gr.Button("Compute head importance", elem_id="importance-btn")
+    button = c["importance_btn"] = gr.Button("Compute head importance", elem_id="importance-btn")
     c["grid_note"] = gr.Markdown(elem_id="importance-sentence")
     c["grid"] = gr.Dataframe(label="Head importance (click a cell to knock that head out)", interactive=False,
                              visible=False, elem_id="importance-grid")
