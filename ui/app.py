@@ -28,6 +28,7 @@ from ui.common import PRIVATE, AppContext
 from ui.compare.tab import build_compare_tab
 from ui.inspect.tab import STEP_KEYS_JS, build_inspect_tab
 from ui.learn import build_learn_tab
+from ui.page_scripts import PAGE_CSS, PAGE_JS
 from ui.presets import build_presets_tab, compare_note
 from ui.train import build_train_tab
 
@@ -143,13 +144,14 @@ def main() -> None:
 
 
 def launch_options(store: RunStore, limits: Limits) -> dict:
-    """What the app launches with, here and in a notebook (lab.demo()): the style sheet, the page's own keys
-    (Inspect's Training step: ui/inspect/tab.py) and the theme, and what it
+    """What the app launches with, here and in a notebook (lab.demo()): the style sheet, the page's own scripts
+    (Inspect's Training step keys: ui/inspect/tab.py; what sliders and the run picker refuse: ui/page_scripts.py)
+    and the theme, and what it
     serves: only its own cache (the files it returns) and uploads, never the run store or the source; uploads
     capped (a hard wall; ui/share.py names the limit)."""
     return dict(allowed_paths=[], blocked_paths=blocked_paths(store),
-                max_file_size=max(limits.max_upload_bytes, 1024 * 1024), css=CSS,
-                head=f"<script>{STEP_KEYS_JS}</script>",
+                max_file_size=max(limits.max_upload_bytes, 1024 * 1024), css=CSS + PAGE_CSS,
+                head=f"<script>{STEP_KEYS_JS}</script><script>{PAGE_JS}</script>",
                 theme=gr.themes.Soft(),
                 run_history=False)
 

@@ -73,6 +73,8 @@ class Knob:
         assert w is not None  # only declared widgets become knobs
         if w.kind in ("dropdown", "radio"):
             kw["choices"] = list(w.options or self.field.choices)
+            if w.kind == "dropdown" and self.kind in (int, float):  # usual values offered, any typed one checked:
+                kw["allow_custom_value"] = True  # d_model 100000 is refused by name, not put back to 64 unsaid
         elif w.kind == "slider":
             kw.update(minimum=w.lo, maximum=w.hi, step=w.step)
         elif w.kind == "textbox":  # no max_length: the browser would cut a long paste without a word
