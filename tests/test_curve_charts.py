@@ -86,3 +86,48 @@ def test_a_chart_titled_by_its_caller_and_without_runs():
     fig = page_curves({}, {}, ["held-out loss"], "step")
     assert fig.layout.annotations[0].text == "Pick runs above to draw their curves."
     assert curves_png({}, {}, ["held-out loss"], "step").axes[0].texts[0].get_text() == "No runs to draw."
+
+
+def test_the_steps_a_sentence_quotes_are_marked_on_every_panel_of_the_page_and_the_export():
+    from lab.views.curve_figures import MARK_COLOUR, Mark
+
+    series, styles = two_runs()
+    marks = (Mark(10.0, "test accuracy passes 90%: step 10"),)
+    fig = page_curves(series, styles, METRICS, "step", marks)
+    lines = [s for s in fig.layout.shapes if s.type == "line"]
+    assert sorted(s.yref for s in lines) == ["y domain", "y2 domain"] and all(s.x0 == s.x1 == 10.0 for s in lines)
+    assert [a.text for a in fig.layout.annotations if a.x == 10.0] == ["test accuracy passes 90%: step 10"]
+    assert not page_curves(series, styles, METRICS, "time (s)", marks).layout.shapes  # steps mark a step axis only
+    png = curves_png(series, styles, METRICS, "step", marks=marks)
+    for ax in png.axes:
+        dotted = [ln for ln in ax.get_lines() if ln.get_linestyle() == ":" and to_hex(ln.get_color()) == MARK_COLOUR]
+        assert [tuple(ln.get_xdata()) for ln in dotted] == [(10.0, 10.0)]
+    assert "test accuracy passes 90%: step 10" in [t.get_text().strip() for t in png.axes[0].texts]
+
+
+def test_compare_draws_the_marks_its_note_gives_and_redraws_the_curves_when_they_come(tmp_path):
+    from lab.config import RunConfig
+    from lab.engine.jobs import JobManager
+    from lab.engine.store import RunStore
+    from lab.records import EvalRecord, StepRecord
+    from lab.views.curve_figures import Mark
+    from ui.common import AppContext
+    from ui.compare.render import Controls, render
+
+    store = RunStore(tmp_path / "runs")
+    ctx = AppContext(store=store, jobs=JobManager(store, max_concurrent=1))
+    run_id = store.create(RunConfig())
+    for step, loss in ((1, 2.0), (2, 1.0)):
+        store.append(run_id, StepRecord(step, loss, 1e-3, 1.0, 64 * step, 0.1 * step, 100.0))
+        store.append(run_id, EvalRecord(step=step, elapsed_s=0.1 * step, tokens=64 * step, loss=loss, token_acc=0.5,
+                                        exact_match=0.25))
+    store.set_status(run_id, "completed", step=2)
+    marks: list[Mark] = []
+    controls = Controls.of([], [run_id], ["held-out loss"], "step", 0.0, True, True)
+    first = render(ctx, controls, {}, lambda ids: ("the preset's sentence", tuple(marks)))
+    assert not first["curves"].layout.shapes and first["note"] == "the preset's sentence"
+    marks.append(Mark(2, "what the sentence quotes: step 2"))  # the preset's last run finished: its steps come
+    second = render(ctx, controls, first["shown"], lambda ids: ("the preset's sentence", tuple(marks)))
+    assert [s.x0 for s in second["curves"].layout.shapes] == [2]
+    assert "curves" not in render(ctx, controls, second["shown"], lambda ids: ("the preset's sentence", tuple(marks)))
+    store.close()

@@ -13,12 +13,12 @@ import torch
 
 from lab.config import RunConfig
 from lab.derived import derived_n_ctx
-from lab.engine.recorder import summary_of
 from lab.teach.attention_measures import previous_token_share
 from lab.teach.presets.catalog import LN_RUNS, METRICS, PES, PRESETS, RESID_RUNS, SCALING_RUNS, SEEDS, Preset
 from lab.records import DEC_SELF, EXACT_MATCH, LOSS, TOKEN_ACC, EvalRecord, SnapshotRecord, StepRecord
 from lab.tasks.batches import get_task
 from lab.tasks.shapes import headline_metrics
+from tests.trained_once import ENV, on_cpu, trained_once
 
 EXPECTED = {"hello_sort", "induction", "pre_post_ln", "short_long", "beyond", "encoder_decoder", "grokking",
             "why_attention", "why_residuals", "why_scaling", "stability", "table3"}
@@ -164,6 +164,28 @@ def test_explain_grokking():
     assert "did not happen" in say("grokking", res(0.4, 0.4))
 
 
+def test_the_steps_a_sentence_quotes_are_the_marks_on_its_curves():
+    from lab.views.curve_figures import Mark
+
+    evals = [{"step": s, EXACT_MATCH: a, f"train_{EXACT_MATCH}": t, LOSS: 1.0}
+             for s, a, t in ((100, 0.02, 0.5), (400, 0.1, 1.0), (1200, 0.95, 1.0), (1600, 1.0, 1.0))]
+    wd = {**summ(0.01, 1.0, train_loss=0.001), "evals": evals}
+    res = {"weight decay 1.0": wd, "weight decay 0": summ(30, 0.41, train_loss=0.1)}
+    grok = PRESETS["grokking"]
+    assert "passed 90% at step 1200" in grok.explain(res)
+    assert grok.marks(res) == (Mark(1200, "test accuracy passes 90%: step 1,200"),)
+    assert grok.marks({"weight decay 1.0": wd}) == ()  # a run without its result: no marks yet
+
+    two = {**summ(0.6), "evals": [{"step": s, LOSS: v} for s, v in ((0, 3.0), (200, 1.2), (400, 0.6))],
+           "heads": {"crossing": 300, "head": "1.0", "start": 0.02, "end": 0.6, "every": 100}}
+    ind = {"1 layer": summ(2.94), "2 layers": two}
+    text = PRESETS["induction"].explain(ind)
+    assert "from step 200 of" in text and "formed at step 300" in text, text
+    assert PRESETS["induction"].marks(ind) == (Mark(200, "2 layers below half the 1-layer loss: step 200"),
+                                               Mark(300, "induction head formed: step 300"))
+    assert PRESETS["hello_sort"].marks({"sort": summ(0.0002, 1.0)}) == ()  # a sentence that quotes no step
+
+
 def test_explain_why_attention():
     def res(em_t, em_l, distance=None):
         t = {**summ(0.001, em_t), "params": 105_600, "tokens_per_s": 30_000.0,
@@ -231,15 +253,11 @@ def test_explain_names_missing_runs():
 
 
 # ---- slow: each preset at full size on the CPU ------------------------------------------------------
-def _train_one(cfg):
-    """One preset run at 1 intra-op thread (in a pool process): (summary, records, weights)."""
-    from lab.trainer import train
-
-    torch.set_num_threads(1)
-    recs: list = []
-    result = train(cfg, on_record=recs.append, threads=1)
-    assert result.steps_done == cfg.train.steps
-    return summary_of(result), recs, result.state_dict
+def _train_one(cfg: RunConfig, folder: str) -> tuple[dict, list, dict]:
+    """One preset run at 1 intra-op thread (in a pool process), or the session's earlier training of it
+    (tests/trained_once.py): (summary, records, weights)."""
+    t = trained_once(cfg, folder)
+    return t.summary, t.records, t.weights
 
 
 _POOL: list = []
@@ -271,8 +289,8 @@ class Ran:
     def add(self, runs: Sequence[RunConfig]) -> None:
         """Train `runs` (the preset's own configs) and redo the explanation with them."""
         assert all(cfg in self.preset.runs for cfg in runs)
-        cfgs = [replace(cfg, train=replace(cfg.train, device="cpu")) for cfg in runs]
-        for cfg, d in zip(cfgs, pool().map(_train_one, cfgs)):
+        cfgs = [on_cpu(cfg) for cfg in runs]
+        for cfg, d in zip(cfgs, pool().map(_train_one, cfgs, [os.environ[ENV]] * len(cfgs))):
             self.summaries[cfg.name], self.records[cfg.name], self.weights[cfg.name] = d
         self.text = self.preset.explain(self.summaries)
         walls = {n: round(s["wall_s"], 1) for n, s in self.summaries.items()}
@@ -286,8 +304,9 @@ class Ran:
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread_and_pool_shut_down_after(one_thread):
-    """Torch at one intra-op thread (tests/conftest.py) for the module; the pool shut down after it."""
+def one_thread_and_pool_shut_down_after(one_thread, trained_folder):
+    """Torch at one intra-op thread (tests/conftest.py) for the module, the session's shared trainings (ENV
+    names their folder); the pool shut down after it."""
     yield
     while _POOL:
         _POOL.pop().shutdown()
@@ -301,6 +320,7 @@ def test_hello_sort_solves_sort():
 
 
 @pytest.mark.science
+@pytest.mark.shares_training("induction 2 layers")
 def test_induction_needs_two_layers_and_one_head_matters_most():
     from lab.views.analysis import load_model
     from lab.views.probing import importance_map, knockout_summary
@@ -414,6 +434,7 @@ def test_removing_the_scaling_slows_learning_at_a_wide_head():
 
 
 @pytest.mark.science
+@pytest.mark.shares_training("grokking weight decay")
 def test_grokking_needs_weight_decay():
     r = Ran(PRESETS["grokking"])
     wd, no = "weight decay 1.0", "weight decay 0"

@@ -29,7 +29,7 @@ from ui.compare.tab import build_compare_tab
 from ui.inspect.tab import STEP_KEYS_JS, build_inspect_tab
 from ui.learn import build_learn_tab
 from ui.page_scripts import PAGE_CSS, PAGE_JS
-from ui.presets import build_presets_tab, compare_note
+from ui.presets import build_presets_tab, compare_said
 from ui.train import build_train_tab
 
 TITLE = "Transformer Ablation Lab"
@@ -83,7 +83,7 @@ def build_demo(store: Optional[RunStore] = None, jobs: Optional[JobManager] = No
         with gr.Tabs(elem_id="tabs") as tabs:
             train = build_train_tab(ctx, my_runs, owner)
             presets = build_presets_tab(ctx, last_preset)
-            compare = build_compare_tab(ctx, note_source=(last_preset, compare_note))
+            compare = build_compare_tab(ctx, note_source=(last_preset, compare_said))
             build_inspect_tab(ctx)
             build_learn_tab(ctx)
         train.grid.wire(tabs, compare)  # presets and the grid open Compare on their runs

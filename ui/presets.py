@@ -28,6 +28,7 @@ from lab.teach.presets.catalog import PRESETS, Preset
 from lab.engine.store import FINISHED_STATES, LIVE_STATES  # a stopped run has its final evaluation
 from lab.engine.storefs import DamagedRunError, RunIdError, RunNotFoundError
 from lab.teach.presets.results import run_result, wanted
+from lab.views.curve_figures import Mark
 from ui.common import PRIVATE, AppContext, Outputs, errors_as_messages, kept, remember_runs
 from ui.compare.tab import Opened
 from ui.compare.tab import opening as compare_opening
@@ -134,12 +135,18 @@ def last_runs(ctx: AppContext, last: Any) -> tuple[Preset | None, list[str]]:
 
 def status(ctx: AppContext, last: Any) -> tuple[str, bool]:
     """(progress or explanation text, whether any run is still queued or running)."""
+    text, live, _ = said(ctx, last)
+    return text, live
+
+
+def said(ctx: AppContext, last: Any) -> tuple[str, bool, tuple[Mark, ...]]:
+    """`status`, and the steps its explanation quotes (to mark on the curves; none while a run trains)."""
     preset, ids = last_runs(ctx, last)
     if preset is None:
-        return "", False
+        return "", False, ()
     expected = len(preset.runs)
     if not ids:
-        return f"**{preset.title}**: its runs are gone (deleted?). Click the preset to run it again.", False
+        return f"**{preset.title}**: its runs are gone (deleted?). Click the preset to run it again.", False, ()
     results: dict[str, dict] = {}
     live = done = 0
     for r in ids:
@@ -158,20 +165,26 @@ def status(ctx: AppContext, last: Any) -> tuple[str, bool]:
     note = last.get("note") if isinstance(last.get("note"), str) else ""
     head = (f"🔁 {note[:400]}\n\n" if note else "") + f"**{preset.title}**: {done} of {expected} runs done"
     if live:
-        return head + " (training…). The explanation appears here when all have finished.", True
-    return f"{head}. {preset.explain(results)}", False
+        return head + " (training…). The explanation appears here when all have finished.", True, ()
+    return f"{head}. {preset.explain(results)}", False, preset.marks(results)
 
 
 def compare_note(ctx: AppContext, last: Any, run_ids: list[str]) -> str:
-    """Compare's note above the curves: the last preset's progress or explanation while exactly its runs
-    are picked (with "my own seed", its runs and the class's), else nothing (its sentence never stands above
-    other runs' curves)."""
+    """Compare's note above the curves (`compare_said`'s text)."""
+    return compare_said(ctx, last, run_ids)[0]
+
+
+def compare_said(ctx: AppContext, last: Any, run_ids: list[str]) -> tuple[str, tuple[Mark, ...]]:
+    """Compare's note above the curves, and the steps to mark on them: the last preset's progress or
+    explanation and the steps it quotes while exactly its runs are picked (with "my own seed", its runs and the
+    class's), else nothing (its sentence and marks never stand on other runs' curves)."""
     _, ids = last_runs(ctx, last)
     pooled = isinstance(last, dict) and last.get("class") is True
     other = other_versions(ctx, run_ids)
     if not ids or not (set(ids) == set(run_ids) or pooled and set(ids) <= set(run_ids)):
-        return other
-    return status(ctx, last)[0] + (f"\n\n{other}" if other else "")
+        return other, ()
+    text, _, marks = said(ctx, last)
+    return text + (f"\n\n{other}" if other else ""), marks
 
 
 def other_versions(ctx: AppContext, run_ids: list[str]) -> str:

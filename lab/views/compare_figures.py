@@ -14,33 +14,35 @@ from matplotlib.figure import Figure
 
 from lab.params import param_breakdown
 from lab.views.compare_frames import (Selection, curve_series, final_tables, has_seed_groups, seed_groups, stability)
-from lab.views.curve_figures import DASHES, CurveChart, chart_of, curves_plot
+from lab.views.curve_figures import DASHES, CurveChart, Mark, chart_of, curves_plot
 from lab.views.curve_figures import curves_png as chart_png
 from lab.views.curves import colour_map
 from lab.views.plots import bands_figure, params_figure
 from lab.views.stability_map import stability_plot
 
 def curve_chart(series: Mapping[str, pd.DataFrame], styles: Mapping[str, tuple[str, int]],
-                metrics: Sequence[str], x: str, title: Optional[str] = None) -> CurveChart:
+                metrics: Sequence[str], x: str, title: Optional[str] = None,
+                marks: Sequence[Mark] = ()) -> CurveChart:
     """Compare's curves (`curve_series`) as one chart, the page's and the export's: a colour per run (as in
-    every table), a dash per metric, a panel per kind of measure; titled by the metrics unless `title`."""
+    every table), a dash per metric, a panel per kind of measure; titled by the metrics unless `title`; with
+    the steps a preset's sentence quotes (`marks`) while the x-axis is the step."""
     colours = colour_map([run for run, _ in styles.values()])
     return chart_of(series, {name: metrics[i] for name, (_, i) in styles.items()},
                     {name: colours[run] for name, (run, _) in styles.items()},
                     {name: DASHES[i % len(DASHES)] for name, (_, i) in styles.items()}, x,
-                    " / ".join(metrics) if title is None else title)
+                    " / ".join(metrics) if title is None else title, tuple(marks) if x == "step" else ())
 
 
 def page_curves(series: Mapping[str, pd.DataFrame], styles: Mapping[str, tuple[str, int]],
-                metrics: Sequence[str], x: str) -> Any:
+                metrics: Sequence[str], x: str, marks: Sequence[Mark] = ()) -> Any:
     """The page's curves (plotly)."""
-    return curves_plot(curve_chart(series, styles, metrics, x))
+    return curves_plot(curve_chart(series, styles, metrics, x, marks=marks))
 
 
 def curves_png(series: Mapping[str, pd.DataFrame], styles: Mapping[str, tuple[str, int]], metrics: Sequence[str],
-               x: str, title: Optional[str] = None) -> Figure:
+               x: str, title: Optional[str] = None, marks: Sequence[Mark] = ()) -> Figure:
     """The page's curves as a matplotlib figure at slide size: what Compare's Export writes as curves.png."""
-    return chart_png(curve_chart(series, styles, metrics, x, title))
+    return chart_png(curve_chart(series, styles, metrics, x, title, marks))
 
 
 def bands_png(bands: pd.DataFrame, metric: str, x: str, title: Optional[str] = None) -> Figure:

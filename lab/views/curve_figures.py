@@ -27,6 +27,7 @@ DASHES = ("solid", "dash", "dot", "dashdot")  # a dash per measure when several 
 LINESTYLES = {"solid": "-", "dash": "--", "dot": ":", "dashdot": "-."}  # the same dashes in matplotlib
 EXPORT_WIDTH_IN = 16  # the exported figure: 16 in at lab.views.plots.to_png's 110 dpi, 1,760 px (a slide)
 KINDS = ("loss", "accuracy")  # the panels, top to bottom
+MARK_COLOUR = "#444444"  # a marked step's line and words
 
 
 def measure_kind(metric: str) -> str:
@@ -43,19 +44,28 @@ class Panel:
 
 
 @dataclass(frozen=True)
+class Mark:
+    """A step a sentence quotes, drawn on the curves as a dotted vertical line across every panel with its
+    words at the top ("test accuracy passes 90%: step 1,760")."""
+    x: float
+    text: str
+
+
+@dataclass(frozen=True)
 class CurveChart:
     """Overlaid curves: `series` (name -> frame with columns x, value) in `panels`, coloured by `colours` and
-    dashed by `dashes` (name -> 'solid', 'dash', 'dot', 'dashdot')."""
+    dashed by `dashes` (name -> 'solid', 'dash', 'dot', 'dashdot'), with the steps `marks` marked."""
     series: Mapping[str, pd.DataFrame]
     panels: tuple[Panel, ...]
     colours: Mapping[str, str]
     dashes: Mapping[str, str]
     x_title: str
     title: str
+    marks: tuple[Mark, ...] = ()
 
 
 def chart_of(series: Mapping[str, pd.DataFrame], measures: Mapping[str, str], colours: Mapping[str, str],
-             dashes: Mapping[str, str], x_title: str, title: str) -> CurveChart:
+             dashes: Mapping[str, str], x_title: str, title: str, marks: tuple[Mark, ...] = ()) -> CurveChart:
     """The chart of `series`, each in the panel of its measure's kind (`measures`: name -> measure): a panel's
     axis is titled by its one measure, or by the kind when it holds several (the legend names them)."""
     panels = []
@@ -64,7 +74,7 @@ def chart_of(series: Mapping[str, pd.DataFrame], measures: Mapping[str, str], co
         if names:
             used = list(dict.fromkeys(measures[n] for n in names))
             panels.append(Panel(used[0] if len(used) == 1 else kind, names, kind == "accuracy"))
-    return CurveChart(series, tuple(panels), colours, dashes, x_title, title)
+    return CurveChart(series, tuple(panels), colours, dashes, x_title, title, marks)
 
 
 def _number(v: Any) -> Optional[float]:
@@ -91,6 +101,11 @@ def curves_plot(chart: CurveChart) -> Any:
                 showlegend=True), row=row, col=1)
         fig.update_yaxes(title={"text": panel.y_title, "standoff": 6, "font": {"size": 12}}, automargin=True,
                          range=[-0.02, 1.02] if panel.share else None, row=row, col=1)
+    for mark in chart.marks:  # across every panel; the words once, at the top of the first
+        fig.add_vline(x=mark.x, line={"color": MARK_COLOUR, "width": 1.5, "dash": "dot"}, row="all", col=1)
+        fig.add_annotation(x=mark.x, y=1, xref="x", yref="y domain", text=mark.text, showarrow=False,
+                           xanchor="left", yanchor="top", xshift=4, font={"size": 11, "color": MARK_COLOUR},
+                           bgcolor="rgba(255,255,255,0.8)")
     fig.update_xaxes(title={"text": chart.x_title, "standoff": 6}, automargin=True, row=rows, col=1)
     fig.update_layout(  # margins grow to fit the axis labels and the legend (a phone's 390 px included)
         title={"text": chart.title, "font": {"size": 14}, "x": 0, "xanchor": "left", "y": 0.98, "yanchor": "top"},
@@ -120,6 +135,11 @@ def curves_png(chart: CurveChart) -> Figure:
             ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=12)
+    for mark in chart.marks:
+        for ax in axes:
+            ax.axvline(mark.x, color=MARK_COLOUR, lw=1.5, ls=":")
+        axes[0].text(mark.x, 0.98, f" {mark.text}", transform=axes[0].get_xaxis_transform(), va="top", ha="left",
+                     fontsize=12, color=MARK_COLOUR, backgroundcolor=(1, 1, 1, 0.8))
     axes[-1].set_xlabel(chart.x_title, fontsize=14)
     axes[0].set_title(chart.title, fontsize=16, loc="left")
     if not chart.series:

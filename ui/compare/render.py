@@ -22,13 +22,15 @@ import pandas as pd
 
 from lab.engine.store import LIVE_STATES
 from lab.views.compare_figures import finals_view, groups_view, page_curves, params_png, stability_view
+from lab.views.curve_figures import Mark
 from lab.views.compare_frames import (GROUP_COLS, choices, curve_series, map_measure, metric_list, only, read_selection,
                                       run_table)
 from ui.common import AppContext
 
 LIVE_POLL_S = 2.0  # Compare's timer while a run it shows trains: each tick redraws what changed
 WATCH_POLL_S = 5.0  # and while nothing shown trains: a run continued from another screen shows within 5 s
-NoteSource = tuple[Any, Callable[[AppContext, Any, list[str]], str]]  # (component, fn(ctx, value, run ids))
+# (component, fn(ctx, its value, run ids) -> (the note above the curves, the steps it quotes, marked on them))
+NoteSource = tuple[Any, Callable[[AppContext, Any, list[str]], tuple[str, tuple[Mark, ...]]]]
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,8 @@ def _frame_key(df: pd.DataFrame) -> str:
     return df.to_json(orient="split", date_format="iso", default_handler=str)
 
 
-def render(ctx: AppContext, c: Controls, shown: dict, note: Optional[Callable[[list[str]], str]] = None) -> dict:
+def render(ctx: AppContext, c: Controls, shown: dict,
+           note: Optional[Callable[[list[str]], tuple[str, tuple[Mark, ...]]]] = None) -> dict:
     """The views (by output name) that differ from `shown`, plus the new `shown` under "shown"."""
     listing = ctx.store.list()  # read before any metrics: a run that ends later is redrawn by the next tick
     indexed, listed = listing.set_index("run_id"), only(listing, c.filters)
@@ -73,7 +76,8 @@ def render(ctx: AppContext, c: Controls, shown: dict, note: Optional[Callable[[l
         return True
 
     table, picker, selection = run_table(listed), choices(listed, list(c.run_ids), listing), _key([c.run_ids, states])
-    redraw = {"curves": changed("curves", _key([selection, c.metrics, c.x, c.smoothing])) or live,
+    text, marks = note(list(dict.fromkeys(c.run_ids))) if note is not None else ("", ())
+    redraw = {"curves": changed("curves", _key([selection, c.metrics, c.x, c.smoothing, marks])) or live,
               "finals": changed("finals", _key([selection, c.diff_only])) or live,
               "groups": changed("groups", _key([selection, c.metrics[0], c.x, c.smoothing, c.grouped])) or live,
               "stability": changed("stability", _key([selection, map_measure(c.metrics)])) or live}
@@ -86,7 +90,7 @@ def render(ctx: AppContext, c: Controls, shown: dict, note: Optional[Callable[[l
         out["pick"] = gr.Dropdown(choices=picker)
     if redraw["curves"]:
         series, styles = curve_series(sel, c.metrics, c.x, c.smoothing, ctx.jobs.limits.max_live_points)
-        out["curves"] = page_curves(series, styles, c.metrics, c.x)
+        out["curves"] = page_curves(series, styles, c.metrics, c.x, marks)
     if redraw["finals"]:
         out["finals"], out["configs"] = finals_view(sel, c.diff_only)
         if with_params:
@@ -102,7 +106,7 @@ def render(ctx: AppContext, c: Controls, shown: dict, note: Optional[Callable[[l
         out["stability"] = gr.Plot(value=fig, visible=fig is not None)
     if changed("selection", _key(c.run_ids)) and "selection" in shown:
         out["files"] = gr.File(value=None, visible=False)  # files exported for another selection
-    if note is not None and changed("note", note(sel.run_ids)):
+    if note is not None and changed("note", text):
         out["note"] = new["note"]
     # the timer: every LIVE_POLL_S while a run shown trains; else, with runs stored, every WATCH_POLL_S, since
     # another screen may continue one (a page that stopped polling kept showing it "stopped" until Refresh)

@@ -11,6 +11,7 @@ from typing import Any, Callable, Optional
 
 from lab.config import RunConfig
 from lab.records import LOSS, Metric
+from lab.views.curve_figures import Mark
 from lab.views.curves import CURVES
 
 Results = dict[str, dict[str, Any]]  # run name -> summary dict (lab.engine.jobs.summary_of)
@@ -32,6 +33,7 @@ class Preset:
     distance: tuple[str, ...] = ()  # runs whose accuracy by distance it quotes (lab/teach/distance.py, their weights)
     heads: tuple[str, ...] = ()  # runs whose head roles over training it quotes (lab/circuits, their snapshots)
     fourier: tuple[str, ...] = ()  # runs whose embedding's Fourier share over training it quotes (lab/circuits)
+    _marks: Callable[[Results], tuple[Mark, ...]] = field(repr=False, compare=False, default=lambda r: ())
 
     def explain(self, results: Results) -> str:
         """1-3 sentences built from the measured summaries; says which runs are missing, if any."""
@@ -41,6 +43,12 @@ class Preset:
         text = self._explain(results)
         stopped = [c.name for c in self.runs if results[c.name].get("stopped")]
         return text + (f" (Stopped early: {', '.join(stopped)}.)" if stopped else "")
+
+    def marks(self, results: Results) -> tuple[Mark, ...]:
+        """The steps the explanation quotes, to mark on the curves (none until every run has a result)."""
+        if any(not (results.get(c.name) or {}).get("eval") for c in self.runs):
+            return ()
+        return self._marks(results)
 
 
 # ---- reading results ---------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from lab.teach.presets.base import METRICS, SOLVED, Preset, Results, _ev, _n, _o
 from lab.teach.presets.table3 import configs as table3_configs
 from lab.teach.presets.why import (RECUR, RECUR_RUNS, RESID, RESID_RUNS, SCALING, SCALING_RUNS, _explain_recurrence,
                                    _explain_residuals, _explain_scaling, _explain_table3)
+from lab.views.curve_figures import Mark
 from lab.views.probing import measured_on
 
 __all__ = ["METRICS", "SOLVED", "Preset", "Results", "measured", "PRESETS", "PES", "SEEDS", "LN_RUNS", "RESID_RUNS",
@@ -97,6 +98,19 @@ def _explain_induction(r: Results) -> str:
                 "margin: its induction head may not have formed yet. Look for a sudden drop in its curve.")
     return (f"No separation this time: 2 layers {_n(two)}, 1 layer {_n(one)} ({chance}). The induction head "
             "forms abruptly, and this run stopped before it did.")
+
+
+def _marks_induction(r: Results) -> tuple[Mark, ...]:
+    """The steps the sentence quotes: where the 2-layer loss stays below half the 1-layer's, and where its
+    induction head formed."""
+    one, marks = _ev(r, "1 layer"), []
+    step = held_from(r["2 layers"], LOSS, lambda v: v < 0.5 * one) if _ev(r, "2 layers") < 0.5 * one else None
+    if step:
+        marks.append(Mark(step, f"2 layers below half the 1-layer loss: step {step:,}"))
+    formed = (r["2 layers"].get("heads") or {}).get("crossing")
+    if formed is not None:
+        marks.append(Mark(formed, f"induction head formed: step {formed:,}"))
+    return tuple(marks)
 
 
 # ---- Pre-LN vs post-LN ---------------------------------------------------------------------------
@@ -226,6 +240,12 @@ def fourier_sentence(f: Optional[dict[str, Any]]) -> str:
              "still spread, not yet the paper's few key frequencies."))
 
 
+def _marks_grok(r: Results) -> tuple[Mark, ...]:
+    """The step the sentence quotes: test accuracy first past 90% with weight decay."""
+    jump = first_step(r["weight decay 1.0"], EXACT_MATCH, lambda v: v >= 0.9)
+    return (Mark(jump, f"test accuracy passes 90%: step {jump:,}"),) if jump else ()
+
+
 def _explain_grok(r: Results) -> str:
     wd, no = _ev(r, "weight decay 1.0", EXACT_MATCH), _ev(r, "weight decay 0", EXACT_MATCH)
     tl_wd, tl_no = r["weight decay 1.0"]["train_loss"], r["weight decay 0"]["train_loss"]
@@ -270,7 +290,8 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "predict the repeat, or does it need 2?",
         "Olsson et al. 2022, In-context learning and induction heads (attention-only models)",
         (_variant(INDUCTION, "1 layer", model=dict(n_layers=1)), _variant(INDUCTION, "2 layers")),
-        ("held-out loss", "held-out accuracy (predictable positions)"), 37.0, _explain_induction, knockout=("2 layers",), heads=("2 layers",)),
+        ("held-out loss", "held-out accuracy (predictable positions)"), 37.0, _explain_induction, knockout=("2 layers",), heads=("2 layers",),
+        _marks=_marks_induction),
     Preset(
         "pre_post_ln", "Pre-LN vs post-LN",
         "At a high learning rate (1e-2) with no warmup, which trains: LayerNorm before each sublayer (pre-LN) "
@@ -307,7 +328,8 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "(a + b is symmetric), so it groks within 2200 steps on a CPU; the embeddings are decayed too, as in "
         "Nanda et al.; the ablation uses the same 40%",
         (_variant(GROK, "weight decay 1.0"), _variant(GROK, "weight decay 0", train=dict(weight_decay=0.0))),
-        ("held-out exact-match", "train exact-match"), 134.0, _explain_grok, fourier=("weight decay 1.0",)),
+        ("held-out exact-match", "train exact-match"), 134.0, _explain_grok, fourier=("weight decay 1.0",),
+        _marks=_marks_grok),
     Preset(
         "why_attention", "Why attention, not recurrence",
         "A Transformer and an LSTM of about the same size reverse 16 symbols. Which solves it in 600 steps, and "
