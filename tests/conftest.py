@@ -16,11 +16,13 @@ the browser helpers in tests/browser.py; test modules import those, never one an
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from tests.helpers import AppServer, launch_app
+from tests.trained_once import session_folder
 
 TIERS = ("science", "browser", "app", "unit")  # the order modules run in: longest first
 _running: dict[str, str] = {}  # "tier": the tier of the test being set up or run now
@@ -43,8 +45,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if tier == "unit" and item.get_closest_marker("unit") is None:
             item.add_marker(pytest.mark.unit)
         # one worker runs a module's tests in order (its module fixtures, an app server among them, start once);
-        # a science test is a training of its own, so the two workers share a module of them
-        item.add_marker(pytest.mark.xdist_group(item.nodeid if tier == "science" else module))
+        # a science test is a training of its own, so the two workers share a module of them, except the tests
+        # that read one shared training (tests/trained_once.py), which run one after another on one worker:
+        # the first trains it while the other worker goes on with other tests, instead of waiting for it
+        shares = item.get_closest_marker("shares_training")
+        group = f"training:{shares.args[0]}" if shares else item.nodeid if tier == "science" else module
+        item.add_marker(pytest.mark.xdist_group(group))
         rank[module] = min(rank.get(module, len(TIERS)), TIERS.index(tier))
     items.sort(key=lambda it: rank[it.nodeid.split("::")[0]])
 
@@ -105,6 +111,12 @@ def client(app_server: AppServer):
     from gradio_client import Client
 
     return Client(app_server.url, verbose=False)
+
+
+@pytest.fixture(scope="session")
+def trained_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's folder of shared trainings (tests/trained_once.py)."""
+    return session_folder(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -1,14 +1,10 @@
 """The grokking preset's Fourier picture (Nanda et al. 2023; lab/circuits/fourier.py `around_jump`,
 lab/teach/presets/results.py `fourier_forming`): the share of the token embedding's non-constant power in its
 8 strongest frequencies at the last snapshot of the memorising model (training accuracy first at 95%, held-out
-below 50%), the first after the jump (held-out exact-match >= 0.9) and the end, and the preset's explanation quoting them. The slow test trains the preset's weight-decay run
-once, at exactly its settings, and asserts what docs/SCIENCE.md records: spread while the model memorises,
+below 50%), the first after the jump (held-out exact-match >= 0.9) and the end, and the preset's explanation quoting them. The slow test reads the preset's weight-decay run
+(trained once a session, at exactly its settings), and asserts what docs/SCIENCE.md records: spread while the model memorises,
 at least 0.8 in the 8 strongest frequencies after the jump, by the end of its steps."""
 from __future__ import annotations
-
-import contextlib
-import io
-import json
 
 import numpy as np
 import pytest
@@ -16,6 +12,7 @@ import pytest
 from lab.circuits.fourier import Spectrum, around_jump
 from lab.teach.presets.catalog import PRESETS
 from tests.test_train_metrics import grok_run as plain_grok_run
+from tests.trained_once import trained_once
 
 WD, NO = "weight decay 1.0", "weight decay 0"
 
@@ -63,26 +60,19 @@ def test_the_explanation_quotes_the_share_before_and_after_the_jump(after, end, 
 
 # ---- slow: the preset's weight-decay run, at exactly its settings ---------------------------------------
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, one_thread):
-    """The grokking preset's weight-decay run trained once into a store (1 thread, the CPU), and its id."""
-    from lab.cli.main import main
+def trained(trained_folder):
+    """The grokking preset's weight-decay run (1 thread, the CPU) in a store, and its id: the session's one
+    training of it (tests/trained_once.py), which test_presets' grokking test reads too."""
     from lab.engine.store import RunStore
 
-    root = tmp_path_factory.mktemp("grok_fourier")
-    cfg = next(c for c in PRESETS["grokking"].runs if c.name == WD)
-    (root / "cfg.json").write_text(cfg.to_json())
-    args = ["train", "--config", str(root / "cfg.json"), "--runs-dir", str(root / "runs"), "--json",
-            "--threads", "1", "--device", "cpu"]
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        assert main(args) == 0
-    run_id = json.loads(buf.getvalue().strip().splitlines()[-1])["run_id"]
-    store = RunStore(root / "runs")
-    yield store, run_id
+    t = trained_once(next(c for c in PRESETS["grokking"].runs if c.name == WD), trained_folder)
+    store = RunStore(t.runs_dir)
+    yield store, t.run_id
     store.close()
 
 
 @pytest.mark.science
+@pytest.mark.shares_training("grokking weight decay")
 def test_the_embedding_is_spread_while_memorising_and_in_8_frequencies_after_the_jump(trained):
     """Issue 25's acceptance: at least 80% of the embedding's non-constant power in its 8 strongest frequencies
     after the held-out jump (by the end of the preset's steps; the first snapshot after the jump has less, the

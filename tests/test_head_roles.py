@@ -14,6 +14,7 @@ from lab.circuits.head_roles import SCORES, crossing_step, repeated_probe, role_
 from lab.cli.main import main
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.derived import run_config
+from tests.trained_once import trained_once
 
 HALF = 5
 T = 2 * HALF
@@ -127,8 +128,8 @@ def test_a_run_without_decoder_heads_is_refused_by_name(tmp_path, capsys, arch):
 
 
 @pytest.mark.science
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_on_the_induction_preset_the_induction_head_forms_in_layer_1_as_the_loss_falls(tmp_path, capsys, seed):
+@pytest.mark.parametrize("seed", [pytest.param(0, marks=pytest.mark.shares_training("induction 2 layers")), 1, 2])
+def test_on_the_induction_preset_the_induction_head_forms_in_layer_1_as_the_loss_falls(trained_folder, capsys, seed):
     """Issue 25's acceptance, for each seed: the top induction score is below 0.1 at step 0 and above 0.4 at the
     end, in layer 1 only, and it first passes 0.4 within one snapshot interval of the held-out loss's steepest
     fall (the phase change)."""
@@ -137,10 +138,11 @@ def test_on_the_induction_preset_the_induction_head_forms_in_layer_1_as_the_loss
     from lab.teach.presets.catalog import PRESETS
 
     cfg = next(c for c in PRESETS["induction"].runs if c.model.n_layers == 2)
-    run_id = trained(tmp_path, replace(cfg, train=replace(cfg.train, device="cpu", seed=seed)), capsys)
-    out = heads_json(tmp_path, run_id, capsys)
+    t = trained_once(replace(cfg, train=replace(cfg.train, seed=seed)), trained_folder)  # seed 0: the preset's run
+    run_id = t.run_id
+    out = heads_json(t.runs_dir.parent, run_id, capsys)
     induction, steps, crossing = out["scores"]["induction"], out["steps"], out["induction_forms_at"]
-    store = RunStore(tmp_path / "runs")
+    store = RunStore(t.runs_dir)
     m = store.metrics(run_id)
     store.close()
     evals = m[m["kind"] == "eval"]

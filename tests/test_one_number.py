@@ -26,6 +26,7 @@ from lab.teach.lesson_pages import page
 from lab.teach.presets.catalog import LN_RUNS, PRESETS
 from lab.views.probing import MATTERS, importance_map, knockout_summary, median_ratio
 from tests.helpers import app_context, trained_run
+from tests.trained_once import trained_once
 from ui.inspect.intervention_views import MapCache, api_call
 from ui.learn import page_view
 from lab.teach.presets.results import run_result, wanted
@@ -191,15 +192,15 @@ def test_page_4_states_the_conditions_of_its_variance_claim():
 
 
 @pytest.mark.science
-def test_page_12_says_what_the_induction_presets_knockouts_measure():
+@pytest.mark.shares_training("induction 2 layers")
+def test_page_12_says_what_the_induction_presets_knockouts_measure(trained_folder):
     """The page says the layer-0 previous-token head costs many times more than any other head and each layer-1
     head a fraction of that; the induction preset's 2-layer run, drawn by the page, shows it."""
-    from lab.trainer import train
-
     text = page("interventions").text
     assert "knock either out" not in text and "each layer-1 head alone" in text
     cfg = next(c for c in PRESETS["induction"].runs if c.name == "2 layers")
-    s = lessons.Subject(cfg, train(cfg, threads=1).state_dict, "the induction preset's 2-layer run", cfg.train.steps)
+    weights = trained_once(cfg, trained_folder).weights  # the session's one training of it (tests/trained_once.py)
+    s = lessons.Subject(cfg, weights, "the induction preset's 2-layer run", cfg.train.steps)
     fig, caption = page_figure("interventions", s)
     drawn = {(round(t.get_position()[1]), round(t.get_position()[0])): float(t.get_text()) for t in fig.axes[0].texts}
     top = max(drawn, key=drawn.get)
