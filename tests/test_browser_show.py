@@ -10,6 +10,8 @@ so a click on its track gave 39 where the heatmaps drew the nearest snapshot (40
 the final weights; the arrow keys and Enter redrew nothing, and Tab drew the answer at the typed step while
 the heatmaps snapped elsewhere.
 
+Play steps through the snapshots as the arrow keys do, each drawn by every panel before the next.
+
 Compare draws a loss and an accuracy in panels of their own, each axis titled (they once shared one
 unlabelled axis from 0 to 7, the accuracy flat at the bottom), and its Export writes that figure, a colour
 per run, at slide size.
@@ -132,6 +134,50 @@ def test_every_way_of_setting_the_step_leaves_every_panel_at_the_step_the_box_sh
         one_step(page, 40)
         type_step(page, 0, "Enter")
         one_step(page, 0)
+
+
+def test_play_steps_through_every_snapshot_with_every_panel_following(step_app):
+    """Play moves the step through the snapshots in order, each drawn by every panel before the next, then
+    stops at the last; a second Play starts from the first; Pause stops it where it is. The requests it sends
+    are counted (the idle-page test: tests/test_browser_idle.py)."""
+    server, ids = step_app
+    with chromium() as browser:
+        page = open_page(browser, server.url)
+        page.get_by_role("tab", name="Inspect").click()
+        one_step(page, 40)
+        type_step(page, 0, "Enter")
+        one_step(page, 0)
+        joins: list[float] = []
+        page.on("request", lambda r: joins.append(r.timing["startTime"]) if "/queue/join" in r.url else None)
+        play = page.locator("#inspect-play")
+        play.click()
+        from playwright.sync_api import expect
+
+        expect(play).to_have_text("⏸ Pause")
+        seen: list[dict] = []
+        for _ in range(120):  # the panels as the page shows them, every half second, until Play stops
+            seen.append(page.evaluate(PANELS))
+            if play.inner_text() == "▶ Play":
+                break
+            page.wait_for_timeout(500)
+        assert play.inner_text() == "▶ Play", seen[-1]
+        agreed = [v["box"] for v in seen if len(set(v.values())) == 1]  # moments when every panel agreed
+        assert [s for i, s in enumerate(agreed) if i == 0 or s != agreed[i - 1]] == SNAPSHOTS, \
+            [tuple(v.values()) for v in seen]
+        one_step(page, 40)
+        print(f"\n[play] {len(joins)} requests for {len(SNAPSHOTS) - 1} frames")
+        assert len(joins) <= 4 * (len(SNAPSHOTS) - 1), joins  # per frame: the heatmaps, their side plot, 2 panels
+
+        play.click()  # at the end: again from the first snapshot
+        expect(play).to_have_text("⏸ Pause")
+        page.wait_for_function("() => Number(document.querySelector('#inspect-step input[type=number]').value) >= 13",
+                               polling=200)
+        play.click()  # Pause
+        expect(play).to_have_text("▶ Play")
+        stopped = one_step(page)
+        page.wait_for_timeout(3000)
+        assert one_step(page) == stopped < 40  # it stays where it was paused
+        assert_no_errors(page)
 
 
 def test_compare_draws_loss_and_accuracy_on_their_own_axes_and_exports_that_figure(step_app):

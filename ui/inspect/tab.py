@@ -27,8 +27,11 @@ ACTIONS = ("run", "source", "text", "step")
 # (the panels below follow the step they set: `wire_views`). Gradio 6.31 sends `release` on a pointer-up (a drag, a click on the track) and when its number box
 # loses focus (Tab), but not for Enter in the box or for the keyboard on the slider: here Enter leaves the box
 # (as Tab does), and an arrow or Page key moves to the next or previous snapshot (the steps the label lists:
-# the slider holds any step, the panels draw the nearest snapshot) and releases, as Home and End do.
+# the slider holds any step, the panels draw the nearest snapshot) and releases, as Home and End do. Play
+# (the button beside the slider) steps through the snapshots that way, one each PLAY_MS once the last is drawn.
+PLAY_MS = 1500
 STEP_KEYS_JS = """(() => {
+  const PLAY_MS = %d;
   const MOVES = {ArrowRight: 1, ArrowUp: 1, PageUp: 1, ArrowLeft: -1, ArrowDown: -1, PageDown: -1};
   const mine = (e) => e.target instanceof HTMLInputElement && e.target.closest('#inspect-step') ? e.target : null;
   const release = (el) => el.dispatchEvent(new PointerEvent('pointerup', {bubbles: true}));
@@ -53,7 +56,37 @@ STEP_KEYS_JS = """(() => {
     const el = mine(e);
     if (el && el.type === 'range' && (e.key === 'Home' || e.key === 'End')) release(el);
   }, true);
-})();"""  # the controls that redraw the heatmaps, as the action box names them
+  // Play: the next snapshot once every panel that states a step states this one and PLAY_MS have passed (a
+  // slow server slows the animation; it never skips a snapshot), from the first when at the last
+  let playing = null, moved = 0;
+  const PANELS = ['#inspect-caption', '#answer-weights-note', '#lens-note', '#circuits-roles-note'];
+  const drawn = (v) => PANELS.every((sel) => {
+    const m = (document.querySelector(sel)?.innerText || '').match(/step (\\d+)/i);
+    return !m || Number(m[1]) === v;
+  });
+  const stepTo = (el, next) => {
+    el.value = String(next);
+    el.dispatchEvent(new Event('input', {bubbles: true}));
+    release(el);
+    moved = Date.now();
+  };
+  const button = (text) => { const b = document.querySelector('#inspect-play'); if (b) b.textContent = text; };
+  const stop = () => { clearInterval(playing); playing = null; button('▶ Play'); };
+  window.labPlay = () => {
+    if (playing) { stop(); return; }
+    const el = document.querySelector('#inspect-step input[type=range]');
+    const steps = el && !el.disabled ? snapshots(el) : [];
+    if (steps.length < 2) return;
+    if (Number(el.value) >= steps[steps.length - 1]) stepTo(el, steps[0]);
+    button('⏸ Pause');
+    playing = setInterval(() => {
+      const v = Number(el.value);
+      if (!drawn(v) || Date.now() - moved < PLAY_MS) return;
+      const next = snapshots(el).find((s) => s > v);
+      if (next === undefined) stop(); else stepTo(el, next);
+    }, 200);
+  };
+})();""" % PLAY_MS  # the controls that redraw the heatmaps, as the action box names them
 
 
 @dataclass(frozen=True)
@@ -160,7 +193,10 @@ def positional_sides(run: gr.Dropdown) -> tuple[gr.Textbox, dict[str, Side]]:
 def build_inspect_tab(ctx: AppContext) -> gr.Tab:
     with gr.Tab("Inspect", id="inspect") as tab:
         run, source, text, note = probe_controls()
-        step = gr.Slider(0, 1_000_000, value=0, step=1, label="Training step", elem_id="inspect-step")  # per run
+        with gr.Row(equal_height=True):
+            step = gr.Slider(0, 1_000_000, value=0, step=1, label="Training step", elem_id="inspect-step",
+                             scale=8)  # per run
+            play = gr.Button("▶ Play", elem_id="inspect-play", scale=0, min_width=110)
         caption = gr.Markdown(elem_id="inspect-caption")
         # the figures carry their own titles: a label above them would repeat (and cover) them
         figures = {k: gr.Plot(label=KIND_TITLES[k], show_label=False, visible=False, elem_id=f"attn-{k}")
@@ -172,6 +208,8 @@ def build_inspect_tab(ctx: AppContext) -> gr.Tab:
         a_label, sides = positional_sides(run)
     page = Page(run, source, text, note, step, caption, figures, action, shown, shown_a, a_label, sides, followers)
     tab.select(errors_as_messages(lambda: tab_runs(ctx)), outputs=[run, sides["B"].pick, step], api_name="inspect_runs")
+    # in the browser only: it moves the slider as the arrow keys do (STEP_KEYS_JS), so every panel follows
+    play.click(None, js="() => { window.labPlay && window.labPlay(); }", api_visibility=PRIVATE, queue=False)
     write_actions(page)
     wire_views(ctx, page)
     wire_api(ctx, page)
