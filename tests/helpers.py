@@ -293,7 +293,7 @@ def start(client, **knobs: Any) -> str:
 
 def poll(client, run_id: str) -> tuple[str, "pd.DataFrame", "pd.DataFrame", bool]:
     """(progress text, loss frame, accuracy frame, timer still active) from /poll."""
-    text, loss, acc, timer = client.predict(run_id, api_name="/poll")
+    text, loss, acc, _attention, timer = client.predict(run_id, api_name="/poll")
     return text, frame(loss), frame(acc), timer["active"]
 
 

@@ -25,6 +25,7 @@ def test_an_lstm_trains_from_start_and_inspect_says_it_has_no_attention(app_serv
         page.wait_for_function("() => document.querySelector('#run-pick input').value", polling=250)
         transformer = page.locator("#run-pick input").input_value()
         wait_finished(page, app_server, [transformer], WAIT_MS)
+        expect(page.locator("#live-attention img")).to_be_visible()  # its latest attention snapshot, beside the curves
         page.locator("#arch").get_by_label("lstm", exact=True).check()
         expect(page.locator("#config-summary")).to_contain_text("A recurrent model (LSTM)")
         # the knobs an LSTM does not read are greyed out, saying why; the ones it reads are not
@@ -47,6 +48,7 @@ def test_an_lstm_trains_from_start_and_inspect_says_it_has_no_attention(app_serv
         wait_finished(page, app_server, [run_id], WAIT_MS)
         page.locator("#progress").get_by_text("Completed").wait_for()
         assert f"after {STEPS} steps" in page.locator("#progress").inner_text()
+        expect(page.locator("#live-attention")).to_be_hidden()  # an LSTM has no attention to draw
 
         page.get_by_role("tab", name="Inspect").click()
         expect(page.locator("#inspect-run input")).to_have_value(f"lstm L2 s0 reverse ({run_id[-6:]})")

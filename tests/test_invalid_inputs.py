@@ -153,7 +153,7 @@ def test_run_ids_that_name_no_run(client, app_server, api_name, args):
 
 @pytest.mark.app  # a launched server
 def test_poll_of_a_missing_run_says_so_and_stops_polling(client):
-    text, loss, acc, timer = client.predict(MISSING, api_name="/poll")
+    text, loss, acc, _attention, timer = client.predict(MISSING, api_name="/poll")
     assert MISSING in text and "does not exist" in text and timer["active"] is False
 
 

@@ -54,20 +54,20 @@ def test_a_second_poll_with_no_new_records_reads_nothing_and_sends_nothing(setup
     run_id = store.create(RunConfig.from_dict(CFG))
     store.set_status(run_id, "running", step=1)
     step(store, run_id, 1)
-    text, loss, acc, tick, seen = poll.fn(run_id, {})
+    text, loss, acc, attn, tick, seen = poll.fn(run_id, {})
     assert "Running" in text and len(loss) and not skipped(loss) and reads == [run_id]
     assert timer(tick) == (live.FAST_S, True)
 
-    text2, loss2, acc2, tick2, seen2 = poll.fn(run_id, seen)  # nothing new in the store
+    text2, loss2, acc2, attn2, tick2, seen2 = poll.fn(run_id, seen)  # nothing new in the store
     assert reads == [run_id]  # the metrics file was not read again
-    assert skipped(text2) and skipped(loss2) and skipped(acc2)  # the page keeps what it shows
+    assert skipped(text2) and skipped(loss2) and skipped(acc2) and skipped(attn2)  # the page keeps what it shows
     assert timer(tick2) == (live.FAST_S, True)
 
     *_, tick3, seen3 = poll.fn(run_id, seen2)
     assert timer(tick3) == (live.SLOW_S, True)  # quiet: a slower refresh
 
     step(store, run_id, 2)  # a new record: read once, sent, and the refresh is fast again
-    _, loss4, _, tick4, seen4 = poll.fn(run_id, seen3)
+    _, loss4, _, _, tick4, seen4 = poll.fn(run_id, seen3)
     assert reads == [run_id, run_id] and list(loss4[loss4["series"] == "train"]["step"]) == [1, 2]
     assert timer(tick4) == (live.FAST_S, True)
 
@@ -91,7 +91,7 @@ def test_a_run_that_ends_is_sent_in_full_and_stops_the_timer(setup):
     *_, seen = poll.fn(run_id, {})
     store.append(run_id, EvalRecord(step=1, elapsed_s=0.02, tokens=64, loss=1.0, token_acc=0.5, exact_match=0.25))
     store.set_status(run_id, "completed", step=1)
-    text, loss, acc, tick, _ = poll.fn(run_id, seen)
+    text, loss, acc, attn, tick, _ = poll.fn(run_id, seen)
     assert "Completed" in text and not skipped(loss) and not skipped(acc)
     assert timer(tick)[1] is False
     assert 1 in list(acc["step"])  # the eval written with the end is drawn
@@ -100,11 +100,11 @@ def test_a_run_that_ends_is_sent_in_full_and_stops_the_timer(setup):
 def test_a_queued_run_draws_nothing_then_slows_down(setup):
     store, poll, reads = setup
     run_id = store.create(RunConfig.from_dict(CFG))  # queued, in no manager's queue
-    text, loss, acc, tick, seen = poll.fn(run_id, {})
+    text, loss, acc, attn, tick, seen = poll.fn(run_id, {})
     assert "Queued" in text and loss is None and acc is None and reads == []
     intervals = []
     for _ in range(3):
-        text, loss, acc, tick, seen = poll.fn(run_id, seen)
+        text, loss, acc, attn, tick, seen = poll.fn(run_id, seen)
         assert skipped(text) and skipped(loss)
         intervals.append(timer(tick)[0])
     assert intervals == [live.FAST_S, live.SLOW_S, live.SLOW_S]
@@ -137,3 +137,45 @@ def test_a_continued_run_whose_file_is_replaced_is_recomputed(setup):
     tmp.replace(path)
     _, loss, *_ = poll.fn(run_id, seen)
     assert len(reads) == 2 and list(loss[loss["series"] == "train"]["step"]) == [1]
+
+
+def test_the_latest_attention_snapshot_is_drawn_once_and_again_when_a_new_one_is_written(setup):
+    """The Train tab's live attention: the run's newest snapshot, read from what the training writes (no extra
+    training), sent when a newer one appears and not at the polls between; none before the first."""
+    import time
+
+    import numpy as np
+
+    from lab.config import RunConfig
+    from lab.records import DEC_SELF, SnapshotRecord
+
+    store, poll, _ = setup
+    cfg = RunConfig.from_dict(CFG)
+    run_id = store.create(cfg)
+    store.set_status(run_id, "running", step=1)
+    step(store, run_id, 1)
+    *_, attn, _, seen = poll.fn(run_id, {})
+    assert attn.visible is False  # no snapshot yet
+
+    from lab.views.analysis import sampled_probe
+
+    t = len(sampled_probe(cfg).axes(DEC_SELF)[0])  # the probe's length, as a training's snapshot has it
+
+    def snapshot(at: int) -> None:
+        p = np.full((cfg.model.n_layers, cfg.model.n_heads, t, t), 1.0 / t, dtype=np.float32)
+        store.save_snapshot(run_id, SnapshotRecord(step=at, patterns={DEC_SELF: p}))
+
+    snapshot(10)
+    step(store, run_id, 10)
+    start = time.perf_counter()
+    *_, attn, _, seen = poll.fn(run_id, seen)
+    drawn_s = time.perf_counter() - start
+    assert attn.value is not None and attn.visible is True
+    step(store, run_id, 11)  # a new record, no new snapshot: the picture is not sent again
+    *_, attn2, _, seen = poll.fn(run_id, seen)
+    assert skipped(attn2)
+    snapshot(20)
+    step(store, run_id, 20)
+    *_, attn3, _, seen = poll.fn(run_id, seen)
+    assert not skipped(attn3) and seen["snapshot"] == 20
+    print(f"\n[live attention] one poll with a new snapshot: {1000 * drawn_s:.0f} ms of the server's time")

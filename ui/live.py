@@ -22,10 +22,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 import pandas as pd
+from matplotlib.figure import Figure
 
+from lab.views.analysis import sampled_probe
 from lab.views.curves import thin
+from lab.views.plots import KIND_TITLES, attention_grid
 from lab.engine.sharing import provenance
-from lab.records import EXACT_MATCH, PREDICTABLE_ACC, TOKEN_ACC, Metric
+from lab.records import CROSS, DEC_SELF, EXACT_MATCH, PREDICTABLE_ACC, TOKEN_ACC, Metric
 from lab.tasks.batches import get_task
 from lab.tasks.shapes import headline_metrics
 from lab.teach.loss_reading import headline_sentence, overfitting_sentence
@@ -97,18 +100,20 @@ class Seen:
     version: Optional[Version] = None
     text: Optional[str] = None
     quiet: int = 0
+    snapshot: Optional[int] = None  # the attention snapshot's step drawn (None: none)
 
     @classmethod
     def of(cls, value: Any) -> "Seen":
         if not isinstance(value, dict):
             return cls()
         ver = value.get("version")
+        snap = value.get("snapshot")
         return cls(value.get("run"), tuple(ver) if isinstance(ver, (list, tuple)) else None, value.get("text"),
-                   int(value.get("quiet") or 0))
+                   int(value.get("quiet") or 0), snap if isinstance(snap, int) else None)
 
     def as_dict(self) -> dict[str, Any]:
         return {"run": self.run, "version": list(self.version) if self.version else None, "text": self.text,
-                "quiet": self.quiet}
+                "quiet": self.quiet, "snapshot": self.snapshot}
 
 
 @dataclass(frozen=True)
@@ -167,6 +172,20 @@ def live_frames(ctx: AppContext, run_id: str) -> tuple[pd.DataFrame, pd.DataFram
     # every series from the first poll on: a plot never draws a series that was absent when it first drew
     return (with_series(loss, "series", ("train", "held-out"), "step"),
             with_series(accs[accs["series"].isin(acc_series)], "series", acc_series, "step"))
+
+
+def live_attention(ctx: AppContext, run_id: str, step: int) -> Optional[Figure]:
+    """The run's attention at snapshot `step` on its sampled probe, as Inspect draws it: decoder self-attention
+    (an encoder-decoder's cross-attention), a layer a row and a head a column; None for a snapshot without
+    attention (a recurrent run keeps weights only). Read from the snapshot the training wrote anyway: it costs
+    the server one figure a snapshot and the training nothing."""
+    patterns = ctx.store.load_snapshot(run_id, step)
+    kind = next((k for k in (DEC_SELF, CROSS, *patterns) if k in patterns), None)
+    if kind is None:
+        return None
+    probe = sampled_probe(ctx.store.config(run_id))
+    return attention_grid(patterns[kind], *probe.axes(kind), f"{KIND_TITLES[kind]} at step {step:,} (the latest "
+                          "snapshot, on the sampled probe)")
 
 
 def progress_text(ctx: AppContext, run_id: str) -> tuple[str, str]:

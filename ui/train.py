@@ -86,6 +86,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                 acc_plot = gr.LinePlot(x="step", y="value", color="series", title=ACC_TITLE, y_title="accuracy",
                                        y_lim=[0, 1], elem_id="live-acc", height=260, x_axis_format="d",
                                        color_map=LIVE_COLOURS)
+                attn_plot = gr.Plot(show_label=False, visible=False, elem_id="live-attention", format="png")
                 build_share_panel(widgets, ctx.jobs.limits.max_upload_bytes)
                 grid = build_grid_panel(ctx, widgets, my_runs, owner)
         timer = gr.Timer(POLL_S, active=False)
@@ -93,7 +94,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
         # after it shows the wrong label
         seen = gr.State({})  # what this page's last poll sent (ui/live.py)
     view = TrainView(widgets, summary, start, again, own_seed, note, confirm_row, confirm_text, run_pick, progress, more, cont_note,
-                     loss_plot, acc_plot, timer, seen, grid, my_runs, owner)
+                     loss_plot, acc_plot, attn_plot, timer, seen, grid, my_runs, owner)
     wire_knob_changes(ctx, view, text_parts)
     wire_train_tab(ctx, view, {"stop": stop, "delete": delete, "gpu": gpu_btn, "continue": cont,
                                "confirm_yes": confirm_yes, "confirm_no": confirm_no})

@@ -4,7 +4,7 @@ that returns its outputs by name (`Outputs`), and the config summary that every 
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
 import gradio as gr
@@ -25,7 +25,7 @@ from ui.common import (AppContext, Outputs, acting_owner, errors_as_messages, is
 from ui.gpu import stop_gpu_run
 from ui.grid import GridPanel, axis_choices
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values, values_from_query
-from ui.live import FrameCache, Seen, answer, progress_text
+from ui.live import FrameCache, Seen, answer, live_attention, progress_text
 
 NO_RUN = "No run yet."
 MY_RUNS_READ = 200  # entries of a browser's "my runs" list read at most (a BrowserState may hold anything)
@@ -48,6 +48,7 @@ class TrainView:
     cont_note: gr.Markdown
     loss_plot: gr.LinePlot
     acc_plot: gr.LinePlot
+    attn_plot: gr.Plot  # the shown run's latest attention snapshot, redrawn as training writes a new one
     timer: gr.Timer
     seen: gr.State
     grid: GridPanel
@@ -71,6 +72,7 @@ class PollOut(Outputs):
     progress: Any = kept()
     loss_plot: Any = kept()
     acc_plot: Any = kept()
+    attn_plot: Any = kept()
     timer: Any = kept()
     seen: Any = kept()
 
@@ -199,7 +201,8 @@ def start_run(ctx: AppContext, vals: tuple, runs: Any, who: Any, seed: Optional[
 def on_poll(ctx: AppContext, frames: FrameCache, run_id: Optional[str], last: Any) -> tuple:
     """The shown run's progress and curves; only what changed since this page's last poll is sent (the
     rest keeps what the page shows), and the timer slows down while nothing changes."""
-    stopped = {"loss_plot": None, "acc_plot": None, "timer": gr.Timer(active=False), "seen": {}}
+    stopped = {"loss_plot": None, "acc_plot": None, "attn_plot": gr.Plot(None, visible=False),
+               "timer": gr.Timer(active=False), "seen": {}}
     if not run_id:  # none shown; just after a delete, its message stays (the picker's change polls here)
         deleted = isinstance(last, dict) and last.get("deleted")
         return (PollOut(**stopped) if deleted else PollOut(progress=NO_RUN, **stopped)).values()
@@ -213,11 +216,16 @@ def on_poll(ctx: AppContext, frames: FrameCache, run_id: Optional[str], last: An
         return PollOut(progress=f"⚠️ Run {run_id} does not exist (it may have been deleted).", **stopped).values()
     except DamagedRunError as exc:
         return PollOut(progress=f"⚠️ Run {run_id} is damaged and cannot be shown: {exc}", **stopped).values()
-    final = state in TERMINAL_STATES
-    got = answer(Seen.of(last), run_id, text, ver, final=final)
+    final, seen = state in TERMINAL_STATES, Seen.of(last)
+    got = answer(seen, run_id, text, ver, final=final)
     sent = {"progress": text} if got.send_text else {}
     sent |= {"loss_plot": loss, "acc_plot": acc} if got.send_frames else {}
-    return PollOut(timer=gr.Timer(got.interval, active=not final), seen=got.seen.as_dict(), **sent).values()
+    snap = None if state == "queued" else ctx.store.snapshot_near(run_id)  # the latest attention snapshot
+    if snap != seen.snapshot or seen.run != run_id:
+        fig = None if snap is None else live_attention(ctx, run_id, snap)
+        sent["attn_plot"] = gr.Plot(fig, visible=fig is not None)
+    return PollOut(timer=gr.Timer(got.interval, active=not final), seen=replace(got.seen, snapshot=snap).as_dict(),
+                   **sent).values()
 
 
 @errors_as_messages
