@@ -195,7 +195,7 @@ def build_inspect_tab(ctx: AppContext) -> gr.Tab:
         run, source, text, note = probe_controls()
         with gr.Row(equal_height=True):
             step = gr.Slider(0, 1_000_000, value=0, step=1, label="Training step", elem_id="inspect-step",
-                             scale=8)  # per run
+                             scale=8, min_width=320)  # per run; on a phone, Play goes under it
             play = gr.Button("▶ Play", elem_id="inspect-play", scale=0, min_width=110)
         caption = gr.Markdown(elem_id="inspect-caption")
         # the figures carry their own titles: a label above them would repeat (and cover) them
@@ -209,7 +209,8 @@ def build_inspect_tab(ctx: AppContext) -> gr.Tab:
     page = Page(run, source, text, note, step, caption, figures, action, shown, shown_a, a_label, sides, followers)
     tab.select(errors_as_messages(lambda: tab_runs(ctx)), outputs=[run, sides["B"].pick, step], api_name="inspect_runs")
     # in the browser only: it moves the slider as the arrow keys do (STEP_KEYS_JS), so every panel follows
-    play.click(None, js="() => { window.labPlay && window.labPlay(); }", api_visibility=PRIVATE, queue=False)
+    play.click(None, js="() => { window.labPlay && window.labPlay(); }", api_name="inspect_play", api_visibility=PRIVATE,
+               queue=False)
     write_actions(page)
     wire_views(ctx, page)
     wire_api(ctx, page)
