@@ -234,7 +234,7 @@ def test_cross_page_explains_decoder_only_and_decoder_only_tasks(subjects):
     ind = lessons.Subject(RunConfig(model=ModelConfig(n_ctx=64), task=TaskConfig(name="induction", min_len=8, max_len=16)),
                     None, "induction")
     fig, caption = page_figure("cross", ind)
-    assert "No encoder-decoder" in caption and fig.axes
+    assert caption == "No cross-attention to draw: the chosen model is decoder-only." and fig.axes
 
 
 def test_typed_probe_and_bad_probe(subjects):

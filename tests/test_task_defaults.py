@@ -16,7 +16,7 @@ from lab.cli.main import build_parser, config_from_args, main
 from lab.derived import default_lengths, lengths_for, lengths_on_choosing
 from lab.records import StepRecord
 from lab.trainer import train
-from ui.knobs import BY_KEY, KNOBS, TASK_SHOWN, config_from_values, lengths_for_task, shown_for_task
+from ui.knobs import ARCH_BOUND, BY_KEY, KNOBS, TASK_SHOWN, config_from_values, lengths_for_task, shown_for_task
 from tests.browser import assert_no_errors, choose, chromium, fill, open_page, wait_finished
 from tests.helpers import REPO, lab_env, one_json
 
@@ -145,7 +145,8 @@ def test_the_app_wires_the_task_choice(tmp_path):
         task = lengths.inputs[0]
         assert task.elem_id == "task" and (task._id, "change") in shown.targets  # every change, a link's too
         out = [c.elem_id for c in shown.outputs]
-        assert out[2:] == [k.url_key for k in TASK_SHOWN] + ["text", "text-upload", "text-upload-note"]
+        assert out[2:] == [k.url_key for k in TASK_SHOWN] + ["text", "text-upload", "text-upload-note"] + [
+            k.url_key for k in ARCH_BOUND]  # and the knobs a recurrent model does not read (greyed out for it)
         blocks = {getattr(b, "elem_id", None): b for b in demo.blocks.values()}
         assert blocks["n_symbols"].visible and not blocks["modulus"].visible  # the default task, reverse
     finally:
