@@ -28,7 +28,7 @@ ACTIONS = ("run", "source", "text", "step")
 # loses focus (Tab), but not for Enter in the box or for the keyboard on the slider: here Enter leaves the box
 # (as Tab does), and an arrow or Page key moves to the next or previous snapshot (the steps the label lists:
 # the slider holds any step, the panels draw the nearest snapshot) and releases, as Home and End do. Play
-# (the button beside the slider) steps through the snapshots that way, one each PLAY_MS once the last is drawn.
+# (the button beside the slider) steps through the snapshots that way, each shown by every panel for PLAY_MS.
 PLAY_MS = 1500
 STEP_KEYS_JS = """(() => {
   const PLAY_MS = %d;
@@ -56,19 +56,22 @@ STEP_KEYS_JS = """(() => {
     const el = mine(e);
     if (el && el.type === 'range' && (e.key === 'Home' || e.key === 'End')) release(el);
   }, true);
-  // Play: the next snapshot once every panel that states a step states this one and PLAY_MS have passed (a
-  // slow server slows the animation; it never skips a snapshot), from the first when at the last
-  let playing = null, moved = 0;
+  // Play: the next snapshot PLAY_MS after every panel that stated a step when it moved states this one (a panel
+  // busy redrawing states none for a moment: it is waited for); a slow server slows the animation, it never
+  // skips a snapshot. From the first snapshot when at the last.
+  let playing = null, shownAt = 0, stating = [];
   const PANELS = ['#inspect-caption', '#answer-weights-note', '#lens-note', '#circuits-roles-note'];
-  const drawn = (v) => PANELS.every((sel) => {
+  const stated = (sel) => {
     const m = (document.querySelector(sel)?.innerText || '').match(/step (\\d+)/i);
-    return !m || Number(m[1]) === v;
-  });
+    return m ? Number(m[1]) : null;
+  };
+  const drawn = (v) => stating.every((sel) => stated(sel) === v);
   const stepTo = (el, next) => {
+    stating = PANELS.filter((sel) => stated(sel) !== null);
     el.value = String(next);
     el.dispatchEvent(new Event('input', {bubbles: true}));
     release(el);
-    moved = Date.now();
+    shownAt = 0;
   };
   const button = (text) => { const b = document.querySelector('#inspect-play'); if (b) b.textContent = text; };
   const stop = () => { clearInterval(playing); playing = null; button('▶ Play'); };
@@ -81,7 +84,9 @@ STEP_KEYS_JS = """(() => {
     button('⏸ Pause');
     playing = setInterval(() => {
       const v = Number(el.value);
-      if (!drawn(v) || Date.now() - moved < PLAY_MS) return;
+      if (!drawn(v)) return;
+      shownAt = shownAt || Date.now();  // every panel shows this snapshot from now: it stays PLAY_MS
+      if (Date.now() - shownAt < PLAY_MS) return;
       const next = snapshots(el).find((s) => s > v);
       if (next === undefined) stop(); else stepTo(el, next);
     }, 200);
