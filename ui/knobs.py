@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 from urllib.parse import urlencode
 
 import gradio as gr
@@ -155,13 +155,15 @@ LENGTH_KEYS = ("task.min_len", "task.max_len")
 ARCH_BOUND = tuple(k for k in KNOBS if k.key.startswith("model.") and k.key not in RECURRENT_READS)
 
 
-def usable_for_arch(arch: Any) -> list[dict[str, Any]]:
+def usable_for_arch(arch: Any, locked: Sequence[str] = ()) -> list[Any]:
     """Updates of the ARCH_BOUND widgets when `arch` is chosen: disabled, with the reason first in their
-    explanation, for a recurrent model; as declared otherwise."""
+    explanation, for a recurrent model; as declared otherwise. A knob a classroom link `locked` (keys) stays
+    as the link set it."""
     recurrent = arch in RECURRENT
     why = (f"Not used by a recurrent model ({str(arch).upper()}): it reads one token at a time, with no attention, "
            "positions, norms or feed-forward layers. ") if recurrent else ""
-    return [gr.update(interactive=not recurrent, info=why + k.info) for k in ARCH_BOUND]
+    return [gr.skip() if k.key in locked else gr.update(interactive=not recurrent, info=why + k.info)
+            for k in ARCH_BOUND]
 
 
 def shown_for_task(task: Any) -> list[dict[str, Any]]:
@@ -212,7 +214,7 @@ def values_from_query(params: dict[str, str]) -> tuple[dict[str, Any], list[str]
     values: dict[str, Any] = {}
     problems: list[str] = []
     for key, text in params.items():
-        if key in ("hide", "__theme", "view"):
+        if key in ("hide", "__theme", "view", "projector"):  # the page's own options (ui/projector.py)
             continue
         knob = BY_URL.get(key)
         if knob is None:

@@ -93,8 +93,9 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
         # inside the tab: a component made directly under gr.Tabs is taken for a tab, and every tab header
         # after it shows the wrong label
         seen = gr.State({})  # what this page's last poll sent (ui/live.py)
+        locked = gr.State([])  # the knobs a classroom link locked
     view = TrainView(widgets, summary, start, again, own_seed, note, confirm_row, confirm_text, run_pick, progress, more, cont_note,
-                     loss_plot, acc_plot, attn_plot, timer, seen, grid, my_runs, owner)
+                     loss_plot, acc_plot, attn_plot, timer, seen, grid, my_runs, owner, locked)
     wire_knob_changes(ctx, view, text_parts)
     wire_train_tab(ctx, view, {"stop": stop, "delete": delete, "gpu": gpu_btn, "continue": cont,
                                "confirm_yes": confirm_yes, "confirm_no": confirm_no})
@@ -147,13 +148,14 @@ def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button])
 
 
 def on_knobs_changed(ctx: AppContext, *values: Any) -> list:
-    """The page's answer to a change of any knob or grid axis (`values`: the knobs in KNOB_KEYS order, then
-    the grid's axes and values): the summary, the grid's preview, which task knobs are shown, and whether
+    """The page's answer to a change of any knob or grid axis (`values`: the knobs in KNOB_KEYS order, the
+    grid's axes and values, then the knobs a classroom link locked): the summary, the grid's preview, which task knobs are shown, and whether
     the text box (with its upload button and note) is."""
+    *values, locked = values
     knobs = values[:len(KNOB_KEYS)]
     task, arch = knobs[KNOB_KEYS.index("task.name")], knobs[KNOB_KEYS.index("model.arch")]
     return [validate(*knobs, ctx=ctx), on_preview(ctx, *values), *shown_for_task(task), *text_box_shown(task),
-            *usable_for_arch(arch)]
+            *usable_for_arch(arch, locked if isinstance(locked, list) else [])]
 
 
 def wire_knob_changes(ctx: AppContext, v: TrainView, text_parts: list) -> None:
@@ -162,7 +164,7 @@ def wire_knob_changes(ctx: AppContext, v: TrainView, text_parts: list) -> None:
     listener of that event; two such listeners on one control (the summary and the grid's preview) could
     re-run each other for ever. tests/test_event_wiring.py checks the rule for every event of the app."""
     watched = [v.widgets[k] for k in KNOB_KEYS] + axis_inputs(v.grid)
-    gr.on([w.change for w in watched], partial(on_knobs_changed, ctx), inputs=watched,
+    gr.on([w.change for w in watched], partial(on_knobs_changed, ctx), inputs=watched + [v.locked],
           outputs=[v.summary, v.grid.preview, *(v.widgets[k.key] for k in TASK_SHOWN), *text_parts,
                    *(v.widgets[k.key] for k in ARCH_BOUND)],
           api_name="knobs_changed", show_progress="hidden", trigger_mode="always_last", preprocess=False,

@@ -54,6 +54,7 @@ class TrainView:
     grid: GridPanel
     my_runs: gr.BrowserState
     owner: gr.BrowserState
+    locked: gr.State  # the knob keys a classroom link locked (set at load): the knob event leaves them locked
 
 
 @dataclass(frozen=True)
@@ -323,7 +324,7 @@ def load_handler(ctx: AppContext, view: TrainView) -> Callable:
         out |= {axis: gr.Dropdown(choices=axis_choices(hide)) for axis in view.grid.axes}  # a hidden control is no axis
         return out | {view.run_pick: gr.Dropdown(choices=runs, value=runs[0] if runs else None), view.my_runs: runs,
                       view.owner: who if isinstance(who, str) and valid_owner(who) else uuid.uuid4().hex,
-                      view.summary: note, view.start: gr.Button(interactive=True)}
+                      view.summary: note, view.start: gr.Button(interactive=True), view.locked: list(hide)}
 
     return on_load
 
@@ -331,4 +332,4 @@ def load_handler(ctx: AppContext, view: TrainView) -> Callable:
 def load_outputs(view: TrainView) -> list:
     """Every component the load event may write (its handler names each one it writes)."""
     return ([view.widgets[k] for k in KNOB_KEYS] + [view.run_pick, view.my_runs, view.owner, view.summary]
-            + view.grid.axes + [view.start])
+            + view.grid.axes + [view.start, view.locked])
