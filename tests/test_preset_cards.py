@@ -7,6 +7,7 @@ its final evaluation, and the explanation says it stopped), so the tests take se
 """
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -33,9 +34,10 @@ def stopped_run(store: RunStore, cfg, stop_at: int) -> str:
 
 
 def preset_cards(demo) -> dict[str, str]:
-    """What the Presets tab's cards say once the tab is opened (its select event): preset key -> text."""
+    """What the Presets tab's cards say once the tab is opened (its select event): preset key -> text, less the
+    projector mode's fold marks (ui/projector.py: a span around the headline and the rest)."""
     fn = next(f for f in demo.fns.values() if f.api_name == "preset_cards").fn
-    return dict(zip(PRESETS, fn("")))
+    return {key: re.sub(r"</?span[^>]*>", "", text) for key, text in zip(PRESETS, fn(""))}
 
 
 def expected(store: RunStore, key: str, ids: dict[str, str]) -> str:
@@ -139,3 +141,42 @@ def test_the_why_attention_card_quotes_the_lstms_accuracy_by_distance(tmp_path):
     assert f"right {100 * near:.0f}% of the time when the token to copy was 1 position back and {100 * far:.0f}% " \
            "when it was 31 back" in card, card
     assert LAST in card and "(Stopped early: Transformer, LSTM.)" in card
+
+
+@pytest.mark.browser
+def test_projector_mode_from_the_address_or_the_toggle_shows_each_result_as_a_headline(tmp_path):
+    """?projector=1 (or the toggle, kept by the browser) draws the page larger and a preset's result as its
+    first sentence, the rest folded until the headline is clicked; off, the same text reads as one paragraph."""
+    from playwright.sync_api import expect
+
+    from tests.browser import assert_no_errors, chromium, open_page
+
+    store = RunStore(tmp_path / "runs")
+    sort_run = stopped_run(store, PRESETS["hello_sort"].runs[0], 25)
+    text = expected(store, "hello_sort", {"sort": sort_run})
+    store.close()
+    card = "#preset-card-hello_sort"
+    with launch_app(tmp_path) as server, chromium() as browser:
+        page = open_page(browser, server.url + "/?projector=1", viewport={"width": 1280, "height": 720})
+        expect(page.locator("#projector input")).to_be_checked()
+        assert page.evaluate("() => document.body.classList.contains('lab-projector')")
+        assert page.evaluate("() => getComputedStyle(document.querySelector('.gradio-container')).zoom") == "1.35"
+        page.get_by_role("tab", name="Presets").click()
+        headline, rest = page.locator(f"{card} .lab-headline"), page.locator(f"{card} .lab-rest")
+        expect(headline).to_be_visible()
+        assert text.startswith(headline.inner_text().strip()) and len(headline.inner_text()) < len(text)
+        expect(rest).to_be_hidden()
+        headline.click()  # unfolds the whole explanation
+        expect(rest).to_be_visible()
+        assert f"{headline.inner_text().strip()} {rest.inner_text().strip()}" == text
+
+        page.locator("#projector input").uncheck()  # off: one paragraph, the page at its own size
+        assert not page.evaluate("() => document.body.classList.contains('lab-projector')")
+        expect(rest).to_be_visible()
+        expect(page.locator(card)).to_contain_text(text)
+        page.locator("#projector input").check()
+        page.reload()  # the browser keeps the choice without the address's parameter
+        page.goto(server.url)
+        expect(page.locator("#projector input")).to_be_checked()
+        assert page.evaluate("() => document.body.classList.contains('lab-projector')")
+        assert_no_errors(page)

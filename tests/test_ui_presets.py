@@ -21,6 +21,7 @@ from tests.helpers import FakeTrainer
 from ui.grid import preview_text
 from ui.knobs import KNOBS, config_from_values
 from ui.presets import compare_note, status
+from ui.projector import folded
 
 WAIT_S = 60
 
@@ -78,11 +79,12 @@ def test_a_preset_click_submits_exactly_its_configs_and_opens_compare(setup, key
     results = {store.config(r).name: store.summary(r) for r in ids}
     explanation = preset.explain(results)
     assert "No final results" not in explanation  # every run's summary was found by its name
-    assert text == f"**{preset.title}**: {len(ids)} of {len(ids)} runs done. {explanation}"
+    assert text == f"**{preset.title}**: {len(ids)} of {len(ids)} runs done. {folded(explanation)}"  # projector mode's
+    assert '<span class="lab-headline">' in folded(explanation)  # marks, else the text as said
     assert compare_note(demo.lab_context, last, ids) == text and prop(timer, "active") is False
 
     text, timer = endpoint(demo, "load_presets")(last)  # reopening the page finds it again
-    assert explanation in text and prop(timer, "active") is False
+    assert folded(explanation) in text and prop(timer, "active") is False
     tabs, pick, metric, _ = endpoint(demo, "preset_show")(last)
     assert prop(tabs, "selected") == "compare" and prop(metric, "value") == list(preset.metrics)
     assert prop(pick, "value") == ids

@@ -29,6 +29,7 @@ from ui.compare.tab import build_compare_tab
 from ui.inspect.tab import STEP_KEYS_JS, build_inspect_tab
 from ui.learn import build_learn_tab
 from ui.page_scripts import PAGE_CSS, PAGE_JS
+from ui.projector import PROJECTOR_CSS, UNFOLD_JS, build_projector_toggle, wire_projector_load
 from ui.presets import build_presets_tab, compare_said
 from ui.train import build_train_tab
 
@@ -77,6 +78,7 @@ def build_demo(store: Optional[RunStore] = None, jobs: Optional[JobManager] = No
     with gr.Blocks(title=TITLE) as demo:
         gr.Markdown(f"# {TITLE}\nTrain a small Transformer on a toy task in seconds, then see *why* each design "
                     "choice matters by comparing runs side by side.")
+        projector = build_projector_toggle()
         my_runs = gr.BrowserState([], storage_key="lab-my-runs")
         owner = gr.BrowserState("", storage_key="lab-owner")
         last_preset = gr.BrowserState({}, storage_key="lab-last-preset")
@@ -88,6 +90,7 @@ def build_demo(store: Optional[RunStore] = None, jobs: Optional[JobManager] = No
             build_learn_tab(ctx)
         train.grid.wire(tabs, compare)  # presets and the grid open Compare on their runs
         presets.wire(tabs, compare, my_runs, owner)
+        wire_projector_load(demo, projector)
         demo.load(train.on_load, inputs=train.load_inputs, outputs=train.load_outputs, api_name="load")
         demo.load(presets.on_load, inputs=presets.last, outputs=[presets.status, presets.timer],
                   api_name="load_presets", api_visibility=PRIVATE)
@@ -150,8 +153,8 @@ def launch_options(store: RunStore, limits: Limits) -> dict:
     serves: only its own cache (the files it returns) and uploads, never the run store or the source; uploads
     capped (a hard wall; ui/share.py names the limit)."""
     return dict(allowed_paths=[], blocked_paths=blocked_paths(store),
-                max_file_size=max(limits.max_upload_bytes, 1024 * 1024), css=CSS + PAGE_CSS,
-                head=f"<script>{STEP_KEYS_JS}</script><script>{PAGE_JS}</script>",
+                max_file_size=max(limits.max_upload_bytes, 1024 * 1024), css=CSS + PAGE_CSS + PROJECTOR_CSS,
+                head=f"<script>{STEP_KEYS_JS}</script><script>{PAGE_JS}</script><script>{UNFOLD_JS}</script>",
                 theme=gr.themes.Soft(),
                 run_history=False)
 

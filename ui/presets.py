@@ -32,6 +32,7 @@ from lab.views.curve_figures import Mark
 from ui.common import PRIVATE, AppContext, Outputs, errors_as_messages, kept, remember_runs
 from ui.compare.tab import Opened
 from ui.compare.tab import opening as compare_opening
+from ui.projector import folded
 
 POLL_S = 2.0
 _RESULTS: dict[tuple, str] = {}  # (preset key, its newest finished runs with their updated_at) -> explanation
@@ -114,7 +115,7 @@ def last_result(ctx: AppContext, preset: Preset, runs: dict[str, tuple[str, str]
         except (RunNotFoundError, DamagedRunError):
             continue
     origin = " ".join(o.rstrip(".") for o in sorted(origins) if o)  # before the explanation: it may end in a table
-    return f"**Last result on this server** (finished by {when} UTC{f'; *{origin}*' if origin else ''}): {_RESULTS[key]}"
+    return f"**Last result on this server** (finished by {when} UTC{f'; *{origin}*' if origin else ''}): {folded(_RESULTS[key])}"
 
 
 def last_runs(ctx: AppContext, last: Any) -> tuple[Preset | None, list[str]]:
@@ -166,7 +167,7 @@ def said(ctx: AppContext, last: Any) -> tuple[str, bool, tuple[Mark, ...]]:
     head = (f"🔁 {note[:400]}\n\n" if note else "") + f"**{preset.title}**: {done} of {expected} runs done"
     if live:
         return head + " (training…). The explanation appears here when all have finished.", True, ()
-    return f"{head}. {preset.explain(results)}", False, preset.marks(results)
+    return f"{head}. {folded(preset.explain(results))}", False, preset.marks(results)
 
 
 def compare_note(ctx: AppContext, last: Any, run_ids: list[str]) -> str:
