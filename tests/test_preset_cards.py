@@ -180,3 +180,7 @@ def test_projector_mode_from_the_address_or_the_toggle_shows_each_result_as_a_he
         expect(page.locator("#projector input")).to_be_checked()
         assert page.evaluate("() => document.body.classList.contains('lab-projector')")
         assert_no_errors(page)
+        phone = open_page(browser, server.url + "/?projector=1", viewport={"width": 390, "height": 844})
+        assert phone.evaluate("() => getComputedStyle(document.querySelector('.gradio-container')).zoom") == "1"
+        phone.get_by_role("tab", name="Presets").click()  # a phone keeps its size; the headline still folds
+        expect(phone.locator(f"{card} .lab-rest")).to_be_hidden()

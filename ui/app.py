@@ -29,7 +29,7 @@ from ui.compare.tab import build_compare_tab
 from ui.inspect.tab import STEP_KEYS_JS, build_inspect_tab
 from ui.learn import build_learn_tab
 from ui.page_scripts import PAGE_CSS, PAGE_JS
-from ui.projector import PROJECTOR_CSS, UNFOLD_JS, build_projector_toggle, wire_projector_load
+from ui.projector import PROJECTOR_CSS, PROJECTOR_JS, build_projector_toggle, wire_projector_load
 from ui.presets import build_presets_tab, compare_said
 from ui.train import build_train_tab
 
@@ -154,7 +154,7 @@ def launch_options(store: RunStore, limits: Limits) -> dict:
     capped (a hard wall; ui/share.py names the limit)."""
     return dict(allowed_paths=[], blocked_paths=blocked_paths(store),
                 max_file_size=max(limits.max_upload_bytes, 1024 * 1024), css=CSS + PAGE_CSS + PROJECTOR_CSS,
-                head=f"<script>{STEP_KEYS_JS}</script><script>{PAGE_JS}</script><script>{UNFOLD_JS}</script>",
+                head=f"<script>{STEP_KEYS_JS}</script><script>{PAGE_JS}</script><script>{PROJECTOR_JS}</script>",
                 theme=gr.themes.Soft(),
                 run_history=False)
 

@@ -1,8 +1,9 @@
 """Projector mode: the page for a class in front of one screen. A toggle at the top of the page, or
 `?projector=1` in the address (a teacher's bookmark), and the browser keeps the choice for the next visit.
 
-In projector mode the whole page is drawn larger (CSS zoom: type, plots and controls alike, so a 1280 x 720
-projector shows what a 1000 px window would, readable from the back of the room), and a preset's result
+In projector mode the whole page is drawn larger on a screen 700 px wide or more (CSS zoom: type, plots and
+controls alike, so a 1280 x 720 projector shows what a 950 px window would, readable from the back of the room;
+a phone keeps its size), and a preset's result
 reads as one headline sentence, the one with its number, with the rest of the explanation folded under it
 (a click on the headline unfolds it). Outside it the page is unchanged: the same sentences, in one paragraph.
 Nothing is sent to the server: the toggle is the browser's alone.
@@ -21,36 +22,41 @@ ZOOM = 1.35
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(*])")  # "2.30" and "e.g. a" do not end a sentence
 
 PROJECTOR_CSS = f"""
-body.lab-projector .gradio-container {{zoom: {ZOOM}}}
+body.lab-projector.lab-wide .gradio-container {{zoom: {ZOOM}}}
 body.lab-projector .lab-headline {{display: block; font-size: 1.35em; font-weight: 600; cursor: pointer}}
-body.lab-projector .lab-headline::after {{content: "  ▸ the whole explanation"; font-size: 0.6em; font-weight: 400;
+body.lab-projector .lab-fold > .lab-headline::after {{content: "  ▸ the whole explanation"; font-size: 0.6em; font-weight: 400;
   opacity: 0.7}}
 body.lab-projector .lab-open .lab-headline::after {{content: "  ▾"}}
 body.lab-projector .lab-rest {{display: none}}
 body.lab-projector .lab-open .lab-rest {{display: inline}}
 """
 
-# set the mode: the body's class and the browser's memory of it
-_SET_JS = f"""(on) => {{
+# the page's scripts: set the mode (the body's classes, the browser's memory of it: `labProjector`), keep
+# "lab-wide" on a screen WIDE_PX wide or more (a phone keeps its size), and unfold a clicked headline. Rules in
+# an @media block of the app's CSS are scoped by Gradio under its container, where no body is: hence a class.
+WIDE_PX = 700
+PROJECTOR_JS = f"""
+window.labProjector = (on) => {{
   document.body.classList.toggle('lab-projector', !!on);
+  document.body.classList.toggle('lab-wide', window.innerWidth >= {WIDE_PX});
   try {{ localStorage.setItem('{STORAGE_KEY}', on ? '1' : '0'); }} catch (e) {{}}
-}}"""
+}};
+window.addEventListener('resize', () => document.body.classList.toggle('lab-wide', window.innerWidth >= {WIDE_PX}));
+document.addEventListener('click', (e) => {{
+  const head = e.target instanceof Element ? e.target.closest('.lab-headline') : null;
+  if (head && document.body.classList.contains('lab-projector')) head.parentElement.classList.toggle('lab-open');
+}});
+"""
+_SET_JS = "(on) => { window.labProjector(on); }"
 # the mode at page load: the address first, then the browser's memory
 _LOAD_JS = f"""() => {{
   const asked = new URLSearchParams(location.search).get('{URL_KEY}');
   let kept = null;
   try {{ kept = localStorage.getItem('{STORAGE_KEY}'); }} catch (e) {{}}
   const on = (asked ?? kept) === '1' || asked === 'true';
-  document.body.classList.toggle('lab-projector', on);
+  window.labProjector(on);
   return on;
 }}"""
-# a click on a headline unfolds (or folds) the rest of its explanation
-UNFOLD_JS = """
-document.addEventListener('click', (e) => {
-  const head = e.target instanceof Element ? e.target.closest('.lab-headline') : null;
-  if (head && document.body.classList.contains('lab-projector')) head.parentElement.classList.toggle('lab-open');
-});
-"""
 
 
 def folded(explanation: str) -> str:
