@@ -13,6 +13,7 @@ from lab.engine.store import RunStore
 from lab.records import EvalRecord, StepRecord
 from tests.helpers import FakeTrainer
 from ui import live
+from ui.common import AppContext
 
 CFG = {"task": {"name": "copy", "max_len": 4}, "model": {"d_model": 16, "n_heads": 2, "n_layers": 1},
        "train": {"steps": 50}}
@@ -170,7 +171,7 @@ def test_the_latest_attention_snapshot_is_drawn_once_and_again_when_a_new_one_is
     start = time.perf_counter()
     *_, attn, _, seen = poll.fn(run_id, seen)
     drawn_s = time.perf_counter() - start
-    assert attn.value is not None and attn.visible is True
+    assert attn.visible is True and str(attn.value["path"]).endswith(f"{run_id}-10.png")
     step(store, run_id, 11)  # a new record, no new snapshot: the picture is not sent again
     *_, attn2, _, seen = poll.fn(run_id, seen)
     assert skipped(attn2)
@@ -179,3 +180,10 @@ def test_the_latest_attention_snapshot_is_drawn_once_and_again_when_a_new_one_is
     *_, attn3, _, seen = poll.fn(run_id, seen)
     assert not skipped(attn3) and seen["snapshot"] == 20
     print(f"\n[live attention] one poll with a new snapshot: {1000 * drawn_s:.0f} ms of the server's time")
+
+    pictures = live.SnapshotPictures(size=2)  # every page that shows the run gets the one picture drawn
+    ctx = AppContext(store=store, jobs=None)
+    paths = [pictures.get(ctx, run_id, 10) for _ in range(30)]
+    assert pictures.drawn == 1 and len(set(paths)) == 1 and paths[0].endswith(".png")
+    pictures.get(ctx, run_id, 20)
+    assert pictures.get(ctx, run_id, 10) == paths[0] and pictures.drawn == 2

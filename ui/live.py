@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -26,7 +27,7 @@ from matplotlib.figure import Figure
 
 from lab.views.analysis import sampled_probe
 from lab.views.curves import thin
-from lab.views.plots import KIND_TITLES, attention_grid
+from lab.views.plots import KIND_TITLES, attention_grid, to_png
 from lab.engine.sharing import provenance
 from lab.records import CROSS, DEC_SELF, EXACT_MATCH, PREDICTABLE_ACC, TOKEN_ACC, Metric
 from lab.tasks.batches import get_task
@@ -174,11 +175,45 @@ def live_frames(ctx: AppContext, run_id: str) -> tuple[pd.DataFrame, pd.DataFram
             with_series(accs[accs["series"].isin(acc_series)], "series", acc_series, "step"))
 
 
+class SnapshotPictures:
+    """The Train tab's attention pictures as PNG files by (run, snapshot step), drawn once for every page that
+    shows the run (a class of 30 watching one run costs one drawing and one encoding a snapshot, not 30); the
+    `size` most recent are kept, in a folder of the server's temporary directory (thread-safe)."""
+
+    def __init__(self, size: int = 64) -> None:
+        import tempfile
+
+        self._folder = Path(tempfile.mkdtemp(prefix="lab-live-attention-"))
+        self._size, self._lock = size, threading.Lock()
+        self._entries: OrderedDict[tuple[str, int], Optional[str]] = OrderedDict()
+        self.drawn = 0  # pictures actually drawn (tests check that pages share them)
+
+    def get(self, ctx: AppContext, run_id: str, step: int) -> Optional[str]:
+        """The PNG's path, or None for a snapshot without attention (a recurrent run keeps weights only)."""
+        key = (run_id, step)
+        with self._lock:
+            if key in self._entries:
+                self._entries.move_to_end(key)
+                return self._entries[key]
+        fig = live_attention(ctx, run_id, step)  # outside the lock: pages showing other runs do not wait
+        path = None
+        if fig is not None:
+            path = str(self._folder / f"{run_id}-{step}.png")
+            Path(path).write_bytes(to_png(fig))
+        with self._lock:
+            self.drawn += 1
+            self._entries[key] = path
+            while len(self._entries) > self._size:
+                _, old = self._entries.popitem(last=False)
+                if old:
+                    Path(old).unlink(missing_ok=True)
+        return path
+
+
 def live_attention(ctx: AppContext, run_id: str, step: int) -> Optional[Figure]:
     """The run's attention at snapshot `step` on its sampled probe, as Inspect draws it: decoder self-attention
     (an encoder-decoder's cross-attention), a layer a row and a head a column; None for a snapshot without
-    attention (a recurrent run keeps weights only). Read from the snapshot the training wrote anyway: it costs
-    the server one figure a snapshot and the training nothing."""
+    attention. Read from the snapshot the training wrote anyway: it costs the training nothing."""
     patterns = ctx.store.load_snapshot(run_id, step)
     kind = next((k for k in (DEC_SELF, CROSS, *patterns) if k in patterns), None)
     if kind is None:

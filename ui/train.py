@@ -17,7 +17,7 @@ from ui.gpu import gpu_available, wire_gpu_button
 from ui.grid import GridPanel, axis_inputs, build_grid_panel, on_preview
 from ui.knobs import (ARCH_BOUND, KNOB_KEYS, KNOBS, TASK_SHOWN, build_widgets, config_from_values, shown_for_task,
                       usable_for_arch, wire_task_choice)
-from ui.live import ACC_TITLE, LIVE_COLOURS, FrameCache, live_frames
+from ui.live import ACC_TITLE, LIVE_COLOURS, FrameCache, SnapshotPictures, live_frames
 from ui.share import build_share_panel
 from ui.textfile import build_text_upload, text_box_shown
 from ui.train_events import (NO_RUN, ContinueOut, DeleteOut, PollOut, StartOut, TrainView, describe, knob_values,
@@ -86,7 +86,8 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                 acc_plot = gr.LinePlot(x="step", y="value", color="series", title=ACC_TITLE, y_title="accuracy",
                                        y_lim=[0, 1], elem_id="live-acc", height=260, x_axis_format="d",
                                        color_map=LIVE_COLOURS)
-                attn_plot = gr.Plot(show_label=False, visible=False, elem_id="live-attention", format="png")
+                attn_plot = gr.Image(show_label=False, visible=False, elem_id="live-attention", interactive=False,
+                                     type="filepath")
                 build_share_panel(widgets, ctx.jobs.limits.max_upload_bytes)
                 grid = build_grid_panel(ctx, widgets, my_runs, owner)
         timer = gr.Timer(POLL_S, active=False)
@@ -124,7 +125,8 @@ def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button])
     wire_gpu_button(ctx, buttons["gpu"], inputs + [v.my_runs, v.owner], partial(remembered, ctx), v,
                     lambda vals: config_from_values(knob_values(vals)), problem, names + ["my_runs", "owner"])
 
-    poll = partial(on_poll, ctx, FrameCache(live_frames))  # one cache for every page: a run's curves computed once
+    # one cache for every page: a run's curves computed once, each attention snapshot drawn once
+    poll = partial(on_poll, ctx, FrameCache(live_frames), SnapshotPictures())
     poll_io = {"inputs": [v.run_pick, v.seen], "outputs": PollOut.wired(v), "show_progress": "hidden"}
     # unqueued: one HTTP request per refresh, never refused by a full queue (a class polls every second)
     v.timer.tick(poll, api_name="poll", queue=False, **poll_io)

@@ -25,7 +25,7 @@ from ui.common import (AppContext, Outputs, acting_owner, errors_as_messages, is
 from ui.gpu import stop_gpu_run
 from ui.grid import GridPanel, axis_choices
 from ui.knobs import KNOB_KEYS, KNOBS, config_from_values, values_from_query
-from ui.live import FrameCache, Seen, answer, live_attention, progress_text
+from ui.live import FrameCache, Seen, SnapshotPictures, answer, progress_text
 
 NO_RUN = "No run yet."
 MY_RUNS_READ = 200  # entries of a browser's "my runs" list read at most (a BrowserState may hold anything)
@@ -48,7 +48,7 @@ class TrainView:
     cont_note: gr.Markdown
     loss_plot: gr.LinePlot
     acc_plot: gr.LinePlot
-    attn_plot: gr.Plot  # the shown run's latest attention snapshot, redrawn as training writes a new one
+    attn_plot: gr.Image  # the shown run's latest attention snapshot, redrawn as training writes a new one
     timer: gr.Timer
     seen: gr.State
     grid: GridPanel
@@ -199,10 +199,11 @@ def start_run(ctx: AppContext, vals: tuple, runs: Any, who: Any, seed: Optional[
 
 
 @errors_as_messages
-def on_poll(ctx: AppContext, frames: FrameCache, run_id: Optional[str], last: Any) -> tuple:
+def on_poll(ctx: AppContext, frames: FrameCache, pictures: SnapshotPictures, run_id: Optional[str],
+            last: Any) -> tuple:
     """The shown run's progress and curves; only what changed since this page's last poll is sent (the
     rest keeps what the page shows), and the timer slows down while nothing changes."""
-    stopped = {"loss_plot": None, "acc_plot": None, "attn_plot": gr.Plot(None, visible=False),
+    stopped = {"loss_plot": None, "acc_plot": None, "attn_plot": gr.Image(None, visible=False),
                "timer": gr.Timer(active=False), "seen": {}}
     if not run_id:  # none shown; just after a delete, its message stays (the picker's change polls here)
         deleted = isinstance(last, dict) and last.get("deleted")
@@ -223,8 +224,8 @@ def on_poll(ctx: AppContext, frames: FrameCache, run_id: Optional[str], last: An
     sent |= {"loss_plot": loss, "acc_plot": acc} if got.send_frames else {}
     snap = None if state == "queued" else ctx.store.snapshot_near(run_id)  # the latest attention snapshot
     if snap != seen.snapshot or seen.run != run_id:
-        fig = None if snap is None else live_attention(ctx, run_id, snap)
-        sent["attn_plot"] = gr.Plot(fig, visible=fig is not None)
+        png = None if snap is None else pictures.get(ctx, run_id, snap)
+        sent["attn_plot"] = gr.Image(png, visible=png is not None)
     return PollOut(timer=gr.Timer(got.interval, active=not final), seen=replace(got.seen, snapshot=snap).as_dict(),
                    **sent).values()
 
