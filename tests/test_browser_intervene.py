@@ -82,6 +82,9 @@ def test_a_student_knocks_out_the_top_head_and_the_copy_fails(induction_app, tmp
             run_id, "zero", api_name="/importance")[1].split("**")[1]  # the same measurement as the server's
         top = page.locator(f"#importance-grid [data-testid='cell-{layer}-{head + 1}']")
         assert "background-color" in (top.get_attribute("style") or "")  # coloured like a heatmap
+        starred = page.evaluate("""() => [...document.querySelectorAll('#importance-grid [role=gridcell]')]
+            .filter(c => c.innerText.trim().startsWith('★')).map(c => c.dataset.testid)""")
+        assert starred == [f"cell-{layer}-{head + 1}"], starred  # the sentence's head, marked on the grid
         top.click()
 
         page.locator("#intervene-metrics").wait_for(state="visible")

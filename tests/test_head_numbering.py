@@ -18,7 +18,7 @@ from lab.teach import lessons
 from lab.teach.lesson_figures import page_figure
 from lab.teach.presets.catalog import PRESETS, measured
 from lab.views.plots import KIND_TITLES, attention_grid
-from lab.views.probe_plots import head_at, importance_frame, importance_sentence
+from lab.views.probe_plots import TOP_MARK, head_at, importance_frame, importance_sentence
 from lab.views.probing import importance_map
 from lab.records import CROSS, DEC_SELF, ENC_SELF, EXACT_MATCH, LOSS
 
@@ -82,10 +82,14 @@ def test_inspect_importance_sentence_names_the_cell_it_colours_most():
     weights = {k: v + 0.3 * torch.randn_like(v) for k, v in lessons.load_model(cfg).state_dict().items()}
     imp = importance_map(lessons.load_model(cfg, weights), cfg)
     frame = importance_frame([imp]).data  # the grid Inspect shows: rows "layer L", columns "head H"
-    cells = {(row["layer"], col): float(row[col].split(" · ")[0]) for _, row in frame.iterrows()
-             for col in frame.columns[1:]}
+    cells = {(row["layer"], col): float(row[col].removeprefix(TOP_MARK).split(" · ")[0])
+             for _, row in frame.iterrows() for col in frame.columns[1:]}
     layer_label, head_label = max(cells, key=cells.get)
     assert f"Knocking out {layer_label} {head_label} raises held-out loss" in importance_sentence([imp], step=5)
+    # the cell the sentence quotes is starred, and no other (issue 34 item 6)
+    starred = [(row["layer"], col) for _, row in frame.iterrows() for col in frame.columns[1:]
+               if row[col].startswith(TOP_MARK)]
+    assert starred == [(layer_label, head_label)]
 
 
 @pytest.mark.parametrize("kind,words", [(DEC_SELF, "layer 0 head 1"), (CROSS, "cross-attention layer 0 head 1"),

@@ -108,8 +108,9 @@ def test_a_text_runs_knockout_quotes_its_loss_and_the_unigram_baseline(store, ru
     assert imp.intact_loss == pytest.approx(store.summary(runs["text"])["eval"]["loss"], abs=1e-6)
     cells = importance_frame([imp]).data
     assert all("·" not in str(v) and "%" not in str(v) for v in cells.iloc[0, 1:])  # the loss change alone
+    assert str(cells.loc[0, f"head {top.head}"]).startswith("★ ")  # the head the sentence names
     note = importance_parts(cfg, model, [imp], 60)["grid_note"]
-    assert "exact-match" not in note and "knocked out (zero). Click" in note
+    assert "exact-match" not in note and "knocked out (zero). The ★ cell is that head. Click" in note
     table = metrics_frame(ablation_report(model, cfg, Interventions(heads=(top,))))
     assert list(table["held-out metric"]) == ["loss (training lengths)"]  # no longer lengths, no exact-match
 

@@ -84,7 +84,9 @@ def test_preset_card_inspect_and_learn_quote_one_held_out_loss_and_one_knockout(
         r"(\d+) held-out sequences at step (\d+)\)", grid_note)
     headers, data = grid.value["headers"], grid.value["data"]
     row = next(r for r in data if r[0] == f"layer {layer_i}")
-    cell_rise = float(row[headers.index(f"head {head_i}")].split(" · ")[0])
+    cell = row[headers.index(f"head {head_i}")]
+    assert cell.startswith("★ ")  # the quoted head's cell is starred (issue 34 item 6)
+    cell_rise = float(cell.removeprefix("★ ").split(" · ")[0])
     metrics = api_call(ctx, cache, "intervene", two, "sampled", "", [f"{layer_i}.{head_i}"], "zero", [], [],
                        "intact")[0]
     loss_row = next(r for r in metrics.value["data"] if r[0] == "loss (training lengths)")

@@ -89,6 +89,9 @@ def metrics_frame(report: dict) -> pd.DataFrame:
 
 
 # ---- head importance ---------------------------------------------------------------------------------
+TOP_MARK = "★ "  # before the value of the importance grid's cell that the sentence above it quotes
+
+
 def importance_rows(maps: Sequence[ImportanceMap]) -> list[tuple[str, int]]:
     """(kind, layer) of each grid row, in order."""
     return [(m.kind, layer) for m in maps for layer in range(m.loss.shape[0])]
@@ -97,14 +100,21 @@ def importance_rows(maps: Sequence[ImportanceMap]) -> list[tuple[str, int]]:
 def importance_frame(maps: Sequence[ImportanceMap]) -> Styler:
     """A layers x heads grid per attention kind: each cell the change in held-out loss when that head alone
     is knocked out, and the accuracy then (`ImportanceMap.beside`: exact-match, induction's accuracy on the
-    predictable positions, none for text), coloured by the loss change (viridis, shared by every kind)."""
+    predictable positions, none for text), coloured by the loss change (viridis, shared by every kind). The
+    cell of the head whose knockout raises the loss most, the one `importance_sentence` (and the induction
+    preset's sentence) quotes, is starred (`TOP_MARK`)."""
     rows = importance_rows(maps)
     n_heads = maps[0].loss.shape[1]
     rise = np.concatenate([m.loss - m.intact_loss for m in maps])  # (rows, heads)
     beside = [m.beside() for m in maps]
     acc = None if None in beside else np.concatenate([b[1] for b in beside])  # (rows, heads)
     heads = [f"head {h}" for h in range(n_heads)]
-    cell = lambda r, h: f"{rise[r, h]:+.2f}" + ("" if acc is None else f" · {acc[r, h]:.0%}")  # noqa: E731
+    top_cell = np.unravel_index(int(np.argmax(rise)), rise.shape)  # (row, head) of the largest rise
+
+    def cell(r: int, h: int) -> str:
+        mark = TOP_MARK if (r, h) == top_cell else ""
+        return mark + f"{rise[r, h]:+.2f}" + ("" if acc is None else f" · {acc[r, h]:.0%}")
+
     frame = pd.DataFrame([[f"{ROW_PREFIX[k]}layer {layer}"] + [cell(r, h) for h in range(n_heads)]
                           for r, (k, layer) in enumerate(rows)], columns=["layer"] + heads)
     top = max(float(rise.max()), 1e-9)

@@ -176,7 +176,7 @@ def importance_parts(cfg: RunConfig, model: Transformer, maps: list, step: Optio
     beside = maps[0].beside()  # exact-match; induction: accuracy on the predictable positions; text: none
     then = "" if beside is None else f", then {beside[0]}"
     note = (f"**{importance_sentence(maps, step)}** Each cell: the change in held-out loss when that head alone is "
-            f"knocked out ({maps[0].mode}){then}. Click a cell to knock that head out.")
+            f"knocked out ({maps[0].mode}){then}. The ★ cell is that head. Click a cell to knock that head out.")
     return {"grid": table(importance_frame(maps)), "grid_note": note}
 
 
