@@ -146,7 +146,8 @@ def test_the_why_attention_card_quotes_the_lstms_accuracy_by_distance(tmp_path):
 @pytest.mark.browser
 def test_projector_mode_from_the_address_or_the_toggle_shows_each_result_as_a_headline(tmp_path):
     """?projector=1 (or the toggle, kept by the browser) draws the page larger and a preset's result as its
-    first sentence, the rest folded until the headline is clicked; off, the same text reads as one paragraph."""
+    first sentence, the rest folded until the headline is clicked, and Inspect's panels folded in sections
+    under the heatmaps; off, the same text reads as one paragraph and every section is open."""
     from playwright.sync_api import expect
 
     from tests.browser import assert_no_errors, chromium, open_page
@@ -170,10 +171,27 @@ def test_projector_mode_from_the_address_or_the_toggle_shows_each_result_as_a_he
         expect(rest).to_be_visible()
         assert f"{headline.inner_text().strip()} {rest.inner_text().strip()}" == text
 
+        # Inspect: the heatmaps on top, the panels under them folded in sections; a click opens one
+        page.get_by_role("tab", name="Inspect").click()
+        page.locator("#attn-dec_self img, #attn-dec_self .js-plotly-plot").first.wait_for()
+        sections = ("#inspect-sec-answer", "#inspect-sec-circuits", "#inspect-sec-positions")
+        for sec in sections:
+            expect(page.locator(f"{sec} .label-wrap")).not_to_have_class(re.compile(r"\bopen\b"))
+        expect(page.locator("#answer-weights-note")).to_be_hidden()
+        page.locator("#inspect-sec-answer .label-wrap").click()
+        expect(page.locator("#answer-weights-note")).to_be_visible()
+        expect(page.locator("#answer-weights-note")).to_contain_text("step")
+        expect(page.locator("#circuits-roles-note")).to_be_hidden()  # the others stay folded
+        page.get_by_role("tab", name="Presets").click()
+
         page.locator("#projector input").uncheck()  # off: one paragraph, the page at its own size
         assert not page.evaluate("() => document.body.classList.contains('lab-projector')")
         expect(rest).to_be_visible()
         expect(page.locator(card)).to_contain_text(text)
+        page.get_by_role("tab", name="Inspect").click()  # and every section open, as without projector mode
+        for sec in sections:
+            expect(page.locator(f"{sec} .label-wrap")).to_have_class(re.compile(r"\bopen\b"))
+        page.get_by_role("tab", name="Presets").click()
         page.locator("#projector input").check()
         page.reload()  # the browser keeps the choice without the address's parameter
         page.goto(server.url)

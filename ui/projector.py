@@ -5,7 +5,8 @@ In projector mode the whole page is drawn larger on a screen 700 px wide or more
 controls alike, so a 1280 x 720 projector shows what a 950 px window would, readable from the back of the room;
 a phone keeps its size), and a preset's result
 reads as one headline sentence, the one with its number, with the rest of the explanation folded under it
-(a click on the headline unfolds it). Outside it the page is unchanged: the same sentences, in one paragraph.
+(a click on the headline unfolds it), and Inspect's panels come folded in sections under the heatmaps, for the
+teacher to open one at a time. Outside it the page is unchanged: the same sentences, in one paragraph.
 Nothing is sent to the server: the toggle is the browser's alone.
 """
 from __future__ import annotations
@@ -35,12 +36,35 @@ body.lab-projector .lab-open .lab-rest {{display: inline}}
 # "lab-wide" on a screen WIDE_PX wide or more (a phone keeps its size), and unfold a clicked headline. Rules in
 # an @media block of the app's CSS are scoped by Gradio under its container, where no body is: hence a class.
 WIDE_PX = 700
+SECTION_CLASS = "lab-section"
 PROJECTOR_JS = f"""
+// a section's label toggles it (Gradio's accordion). Each section is set once per mode, folded in projector
+// mode and open otherwise, then left to the reader; a click too early for the accordion is repeated at the
+// page's next change until the section shows the state asked
+const labSections = (fold) => {{
+  for (const sec of document.querySelectorAll('.{SECTION_CLASS}')) {{
+    const label = sec.querySelector('.label-wrap');
+    if (!label || sec.dataset.labFold === String(fold)) continue;
+    if (label.classList.contains('open') === fold) label.click();
+    else sec.dataset.labFold = String(fold);
+  }}
+}};
 window.labProjector = (on) => {{
   document.body.classList.toggle('lab-projector', !!on);
   document.body.classList.toggle('lab-wide', window.innerWidth >= {WIDE_PX});
   try {{ localStorage.setItem('{STORAGE_KEY}', on ? '1' : '0'); }} catch (e) {{}}
+  labSections(!!on);
 }};
+// and sections drawn later (a tab's content appears when the tab is first opened)
+let labSectionsQueued = false;
+new MutationObserver(() => {{
+  if (labSectionsQueued) return;
+  labSectionsQueued = true;
+  requestAnimationFrame(() => {{
+    labSectionsQueued = false;
+    labSections(document.body.classList.contains('lab-projector'));
+  }});
+}}).observe(document.body, {{childList: true, subtree: true, attributes: true, attributeFilter: ['class']}});
 window.addEventListener('resize', () => document.body.classList.toggle('lab-wide', window.innerWidth >= {WIDE_PX}));
 document.addEventListener('click', (e) => {{
   const head = e.target instanceof Element ? e.target.closest('.lab-headline') : null;
@@ -57,6 +81,12 @@ _LOAD_JS = f"""() => {{
   window.labProjector(on);
   return on;
 }}"""
+
+
+def section(label: str, elem_id: str) -> gr.Accordion:
+    """A section of a long page (Inspect's panels), open, folded by a click on its label; projector mode folds
+    every section as it appears, so the class sees the page's top and the one section the teacher opens."""
+    return gr.Accordion(label, open=True, elem_id=elem_id, elem_classes=[SECTION_CLASS])
 
 
 def folded(explanation: str) -> str:

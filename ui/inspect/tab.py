@@ -21,6 +21,7 @@ from ui.inspect.attention import (KINDS, SOURCES, TYPED_LABEL, Drawn, Shown, att
                                   attention_view, positional_panel, run_choices, run_label, step_slider, typed_note)
 from ui.inspect.circuits import build_circuits_panel
 from ui.inspect.interventions import build_intervene_panel
+from ui.projector import section
 
 ACTIONS = ("run", "source", "text", "step")
 # Every way of setting the Training step ends in the slider's one `release` event, which the heatmaps answer
@@ -176,7 +177,6 @@ def probe_controls() -> tuple[gr.Dropdown, gr.Radio, gr.Textbox, gr.Markdown]:
 
 def positional_sides(run: gr.Dropdown) -> tuple[gr.Textbox, dict[str, Side]]:
     """The positional encodings of run A (the run picked above: its name) and of run B (its own picker)."""
-    gr.Markdown("### Positional encodings, side by side")
     sides = {}
     with gr.Row():
         for side in ("A", "B"):
@@ -208,9 +208,14 @@ def build_inspect_tab(ctx: AppContext) -> gr.Tab:
                    for k in KINDS}
         action = action_box("inspect-action")
         shown, shown_a = gr.State(None), gr.State(None)
-        followers = (build_intervene_panel(ctx, run, source, text, step),  # answer, interventions, logit lens
-                     build_circuits_panel(ctx, run, source, step))  # head roles over training, activation patching
-        a_label, sides = positional_sides(run)
+        # the panels under the heatmaps, in sections a reader folds (projector mode folds them: ui/projector.py)
+        with section("The answer, interventions, head importance and logit lens", "inspect-sec-answer"):
+            answer = build_intervene_panel(ctx, run, source, text, step)
+        with section("Circuits: head roles over training, activation patching", "inspect-sec-circuits"):
+            circuits = build_circuits_panel(ctx, run, source, step)
+        with section("Positional encodings, side by side", "inspect-sec-positions"):
+            a_label, sides = positional_sides(run)
+        followers = (answer, circuits)
     page = Page(run, source, text, note, step, caption, figures, action, shown, shown_a, a_label, sides, followers)
     tab.select(errors_as_messages(lambda: tab_runs(ctx)), outputs=[run, sides["B"].pick, step], api_name="inspect_runs")
     # in the browser only: it moves the slider as the arrow keys do (STEP_KEYS_JS), so every panel follows
