@@ -53,14 +53,19 @@ document.addEventListener('keydown', (e) => {
   const typed = box.value.trim();
   const options = [...pick.querySelectorAll('li[data-testid="dropdown-option"]')];
   if (!typed || options.some((o) => o.classList.contains('active'))) return;  // Gradio picks the highlighted run
-  if (options.length) {  // highlight the first run the text matches; this Enter then picks it
-    box.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowDown', bubbles: true}));
+  // highlight the first run the text matches that is not picked yet (Enter on a picked one would unpick
+  // it); this Enter then picks it
+  const first = options.findIndex((o) => o.getAttribute('aria-selected') !== 'true');
+  if (first >= 0) {
+    for (let i = 0; i <= first; i++) box.dispatchEvent(new KeyboardEvent('keydown', {key: 'ArrowDown', bubbles: true}));
     return;
   }
   e.preventDefault();
   e.stopImmediatePropagation();
-  labNote(pick, `${labLabel(pick)}: no stored run matches "${typed}"; typing filters the list, and Enter or a `
-    + 'click picks a run from it.');
+  labNote(pick, options.length
+    ? `${labLabel(pick)}: every stored run that matches "${typed}" is picked already.`
+    : `${labLabel(pick)}: no stored run matches "${typed}"; typing filters the list, and Enter or a `
+      + 'click picks a run from it.');
 }, true);
 """
 
