@@ -44,7 +44,13 @@ def session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def on_cpu(cfg: RunConfig) -> RunConfig:
-    return replace(cfg, train=replace(cfg.train, device="cpu"))
+    """`cfg` as it trains on this machine's CPU: itself where its device already means the CPU here (so the
+    stored run has the config, hence the identity, a click in the app asks for: lab/engine/identity.py),
+    else with device "cpu"."""
+    from lab.device import resolve_device
+
+    here = cfg.train.device == "cpu" or cfg.train.device == "auto" and resolve_device("auto").type == "cpu"
+    return cfg if here else replace(cfg, train=replace(cfg.train, device="cpu"))
 
 
 def trained_once(cfg: RunConfig, folder: Path | str | None = None) -> Trained:
@@ -53,6 +59,7 @@ def trained_once(cfg: RunConfig, folder: Path | str | None = None) -> Trained:
     import torch
     from filelock import FileLock
 
+    from lab.engine.identity import code_version, identity
     from lab.engine.recorder import record_run
     from lab.engine.store import RunStore
 
@@ -66,7 +73,7 @@ def trained_once(cfg: RunConfig, folder: Path | str | None = None) -> Trained:
             torch.set_num_threads(1)
             try:
                 store, records = RunStore(home / "runs"), []
-                run_id = store.create(cfg)
+                run_id = store.create(cfg, identity=identity(cfg), code_version=code_version())  # as the app's
                 result = record_run(store, run_id, threads=1, on_record=records.append)
                 assert result.steps_done == cfg.train.steps, (result.steps_done, cfg.train.steps)
                 summary = store.summary(run_id)
@@ -79,3 +86,20 @@ def trained_once(cfg: RunConfig, folder: Path | str | None = None) -> Trained:
             partial.replace(saved)  # whole or absent: a reader never loads half a file
     data = torch.load(saved, weights_only=False)
     return Trained(data["summary"], data["records"], data["weights"], home / "runs", data["run_id"])
+
+
+def bundled(cfgs: list[RunConfig], dest: Path, folder: Path | str | None = None) -> str:
+    """A lesson bundle (lab/engine/bundle.py) of each config's session training, one file each under `dest`:
+    the value of LAB_BUNDLE that starts an app with those runs."""
+    from lab.engine.bundle import write_bundle
+    from lab.engine.store import RunStore
+
+    dest.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, cfg in enumerate(cfgs):
+        t = trained_once(cfg, folder)
+        store = RunStore(t.runs_dir)
+        write_bundle(store, [t.run_id], dest / f"run{i}.zip")
+        store.close()
+        paths.append(str(dest / f"run{i}.zip"))
+    return os.pathsep.join(paths)
