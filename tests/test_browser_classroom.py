@@ -130,3 +130,43 @@ def test_two_students_with_their_own_seed_make_one_class_band_in_compare(lesson)
         assert all(c["name"] == "sort" for c in mine)
         for page in (first, second):
             assert_no_errors(page)
+
+
+# every 100 ms, until the note has named `until` for 2 s (at most `ms`): Compare's note (its text, not the
+# progress shown over it) and the names of the picked runs
+SAMPLE_NOTE_AND_PICKS = """([until, ms]) => new Promise((done) => {
+  const seen = [], start = performance.now();
+  let named = null;
+  const tick = () => {
+    const note = [...document.querySelectorAll('#compare-note .prose')].map((p) => p.innerText).join('\\n');
+    const picks = [...document.querySelectorAll('#compare-pick .token')]
+      .map((t) => t.innerText.trim().replace(/ \\(\\w+\\)$/, ''));
+    seen.push([note, picks]);
+    const now = performance.now();
+    if (named === null && note.includes(until)) named = now;
+    if (now - start < ms && (named === null || now - named < 2000)) setTimeout(tick, 100); else done(seen);
+  };
+  tick();
+})"""
+
+
+def test_a_second_preset_clicked_at_once_never_shows_the_first_ones_name_above_its_runs(lesson):
+    """Issue 34 item 9: two presets clicked a second apart. At every moment Compare's note names the preset
+    whose runs are picked, or no preset: never the first's title above the second's runs."""
+    server, _ = lesson
+    titles = {key: PRESETS[key].title for key in ("hello_sort", "induction")}
+    names = {key: {c.name for c in PRESETS[key].runs} for key in titles}
+    with chromium() as browser:
+        page = open_page(browser, server.url, WAIT_MS)
+        page.get_by_role("tab", name="Presets").click()
+        page.locator("#preset-hello_sort").click()
+        page.wait_for_timeout(1000)
+        page.get_by_role("tab", name="Presets").click()
+        page.locator("#preset-induction").click()
+        seen = page.evaluate(SAMPLE_NOTE_AND_PICKS, [titles["induction"], WAIT_MS])
+        for note, picks in seen:
+            for key, title in titles.items():
+                if title in note:
+                    assert picks and set(picks) <= names[key], (note, picks)
+        assert titles["induction"] in seen[-1][0] and set(seen[-1][1]) == names["induction"], seen[-1]
+        assert_no_errors(page)

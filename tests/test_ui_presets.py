@@ -59,7 +59,8 @@ def wait_all(jobs, ids):
 def test_a_preset_click_submits_exactly_its_configs_and_opens_compare(setup, key):
     demo, store, jobs, gate = setup
     preset = PRESETS[key]
-    last, my_runs, text, timer, tabs, pick, metric, group = endpoint(demo, f"preset_{key}")(["older-run"], "u1")
+    last, my_runs, text, timer, tabs, pick, metric, group, note, shown = endpoint(demo, f"preset_{key}")(
+        ["older-run"], "u1")
     ids = last["run_ids"]
     assert last["key"] == key and len(ids) == len(preset.runs)
     assert [store.config(r) for r in ids] == list(preset.runs)  # the very configs, names included
@@ -71,6 +72,7 @@ def test_a_preset_click_submits_exactly_its_configs_and_opens_compare(setup, key
     assert {r for _, r in prop(pick, "choices")} >= set(ids)
     assert text.startswith(f"**{preset.title}**: 0 of {len(ids)} runs done")
     assert compare_note(demo.lab_context, last, ids) == text  # Compare's note: while exactly these runs are picked
+    assert note == text and shown == {"selection": ""}  # and it comes with them, not after a redraw
     assert compare_note(demo.lab_context, last, ids[:-1] + ["other"]) == ""  # never above other runs' curves
 
     gate.set()
@@ -85,8 +87,10 @@ def test_a_preset_click_submits_exactly_its_configs_and_opens_compare(setup, key
 
     text, timer = endpoint(demo, "load_presets")(last)  # reopening the page finds it again
     assert folded(explanation) in text and prop(timer, "active") is False
-    tabs, pick, metric, _ = endpoint(demo, "preset_show")(last)
+    tabs, pick, metric, _, note, shown = endpoint(demo, "preset_show")(last)
     assert prop(tabs, "selected") == "compare" and prop(metric, "value") == list(preset.metrics)
+    # the note for these runs comes with them (not the note of the runs shown before, until a redraw)
+    assert note == compare_note(demo.lab_context, last, ids) and folded(explanation) in note and shown == {"selection": ""}
     assert prop(pick, "value") == ids
 
 
@@ -119,7 +123,7 @@ GRID = ("PE", "rope, alibi", "seed", "1, 2", "", "")
 def test_grid_launch_submits_exactly_the_grid(setup):
     demo, store, jobs, gate = setup
     knobs = knob_values(task="copy", max_len=4, d_model=32, n_heads=2, steps=20)
-    text, my_runs, tabs, pick, _, group = endpoint(demo, "grid_launch")(*knobs, *GRID, [], "u2")
+    text, my_runs, tabs, pick, _, group, note, _ = endpoint(demo, "grid_launch")(*knobs, *GRID, [], "u2")
     ids = prop(pick, "value")
     expected = build_grid(config_from_values({"task.name": "copy", "task.max_len": 4, "model.d_model": 32,
                                               "model.n_heads": 2, "train.steps": 20}),

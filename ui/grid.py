@@ -49,13 +49,16 @@ class GridPanel:
 
 @dataclass(frozen=True)
 class GridLaunch(Outputs):
-    """Launch's outputs: the preview line (what was launched), the remembered runs, Compare opened on them."""
+    """Launch's outputs: the preview line (what was launched), the remembered runs, Compare opened on them
+    (ui/compare/tab.py `Opened`'s fields, in its order)."""
     preview: Any = kept()
     my_runs: Any = kept()
     tabs: Any = kept()
     pick: Any = kept()
     metric: Any = kept()
     group: Any = kept()
+    note: Any = kept()
+    shown: Any = kept()
 
 
 @errors_as_messages

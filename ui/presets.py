@@ -218,7 +218,8 @@ def shown_runs(ctx: AppContext, preset: Preset, ids: list[str], pooled: bool) ->
 @dataclass(frozen=True)
 class PresetLaunch(Outputs):
     """A preset button's outputs: the browser's last preset and runs, the preset's line and timer, Compare
-    opened on its runs (ui/compare/tab.py `Opened`)."""
+    opened on its runs (ui/compare/tab.py `Opened`'s fields, in its order, after these: an API client reads
+    them by position)."""
     last: Any = kept()
     my_runs: Any = kept()
     status: Any = kept()
@@ -227,6 +228,8 @@ class PresetLaunch(Outputs):
     pick: Any = kept()
     metric: Any = kept()
     group: Any = kept()
+    note: Any = kept()
+    shown: Any = kept()
 
 
 @errors_as_messages
@@ -257,9 +260,9 @@ def launch(ctx: AppContext, preset: Preset, runs: Any, owner: str, seed: int | N
             **({"note": describe_claim(attached[0]) + (" For runs of your own, click 🎲 *Train the last preset again "
                                                        "with a new seed* on the Presets tab.")} if attached else {})}
     text, live = status(ctx, last)
+    shown = shown_runs(ctx, preset, ids, seed_from == "class")
     return PresetLaunch(last=last, my_runs=remember_runs(runs, ids), status=text, timer=gr.Timer(active=live),
-                        **compare_opening(ctx, shown_runs(ctx, preset, ids, seed_from == "class"),
-                                          preset.metrics)).values()
+                        **compare_opening(ctx, shown, preset.metrics, compare_said(ctx, last, shown)[0])).values()
 
 
 @errors_as_messages
@@ -280,8 +283,8 @@ def show_preset(ctx: AppContext, last: Any) -> tuple:
     preset, ids = last_runs(ctx, last)
     if preset is None or not ids:
         raise gr.Error("No preset has been run from this browser yet (or its runs were deleted).")
-    pooled = isinstance(last, dict) and last.get("class") is True
-    return Opened(**compare_opening(ctx, shown_runs(ctx, preset, ids, pooled), preset.metrics)).values()
+    shown = shown_runs(ctx, preset, ids, isinstance(last, dict) and last.get("class") is True)
+    return Opened(**compare_opening(ctx, shown, preset.metrics, compare_said(ctx, last, shown)[0])).values()
 
 
 @errors_as_messages

@@ -45,27 +45,38 @@ class CompareTab:
     group: gr.Checkbox
     note: gr.Markdown
     curves: gr.Plot
+    shown: gr.State
 
     def opener(self, tabs: gr.Tabs) -> dict[str, Any]:
         """The components that opening Compare on other runs writes, by `Opened`'s field names."""
-        return {"tabs": tabs, "pick": self.pick, "metric": self.metric, "group": self.group}
+        return {"tabs": tabs, "pick": self.pick, "metric": self.metric, "group": self.group, "note": self.note,
+                "shown": self.shown}
 
 
 @dataclass(frozen=True)
 class Opened(Outputs):
-    """Compare opened on other runs: the tab bar, the picker, the curves, the grouping (`opening`)."""
+    """Compare opened on other runs: the tab bar, the picker, the curves, the grouping, the note above the
+    curves and what the page shows (`opening`)."""
     tabs: Any = kept()
     pick: Any = kept()
     metric: Any = kept()
     group: Any = kept()
+    note: Any = kept()
+    shown: Any = kept()
 
 
-def opening(ctx: AppContext, run_ids: list[str], metrics: Optional[Sequence[str]] = None) -> dict[str, Any]:
+def opening(ctx: AppContext, run_ids: list[str], metrics: Optional[Sequence[str]] = None,
+            note: str = "") -> dict[str, Any]:
     """Compare opened on `run_ids`, by `Opened`'s field names: the tab selected, the picker set to them, the
-    curves `metrics` (None: as they are), grouping on. One event redraws the tab once they are in (see the
-    module's docstring)."""
+    curves `metrics` (None: as they are), grouping on, and `note` above the curves, the note for these runs,
+    at once: the note of the runs shown before stood above these until the redraw answered (a preset clicked
+    right after another showed the first's sentence above the second's runs). The page's record of what it
+    shows is emptied, so the redraw that follows sends every view for these runs, the note among them (its
+    `selection`, unlike any real one, also takes away files exported for the runs before). One event
+    redraws the tab once they are in (see the module's docstring)."""
     return {"tabs": gr.Tabs(selected="compare"), "pick": select(ctx, run_ids),
-            "metric": gr.skip() if metrics is None else gr.update(value=list(metrics)), "group": gr.Checkbox(value=True)}
+            "metric": gr.skip() if metrics is None else gr.update(value=list(metrics)), "group": gr.Checkbox(value=True),
+            "note": note, "shown": {"selection": ""}}
 
 
 def select(ctx: AppContext, run_ids: list[str]) -> dict:
@@ -235,4 +246,5 @@ def build_compare_tab(ctx: AppContext, note_source: Optional[NoteSource] = None)
     page = _lay_out(ctx)
     _wire_render(ctx, page, note_source)
     _wire_buttons(ctx, page)
-    return CompareTab(page.tab, page.pick, page.metric, page.group, page.note, page.views["curves"])
+    return CompareTab(page.tab, page.pick, page.metric, page.group, page.note, page.views["curves"],
+                      page.views["shown"])
