@@ -28,8 +28,9 @@ TINY = RunConfig(model=ModelConfig(n_layers=2, n_heads=2, d_model=16, d_ff=32, p
 COMPARE_STATE = """() => { const g = document.querySelector('#compare-curves .js-plotly-plot');
   const rows = (sel) => [...document.querySelectorAll(sel + ' [role=row]')].map(r => r.innerText);
   const img = document.querySelector('#compare-bands img');
-  return {curves: g && g.data ? {x: (g.layout.xaxis2 || g.layout.xaxis).title.text, y: g.layout.yaxis.title.text,
-            title: g.layout.title.text,
+  // a plot being drawn may have no layout or titles yet: read as absent, and settle_both waits for it
+  return {curves: g && g.data && g.layout ? {x: (g.layout.xaxis2 || g.layout.xaxis)?.title?.text ?? null,
+            y: g.layout.yaxis?.title?.text ?? null, title: g.layout.title?.text ?? null,
             lines: g.data.map(t => [t.name, t.line.color, t.line.dash, Array.from(t.x || []),
                                     Array.from(t.y || []).map(v => v === null ? null : +(+v).toPrecision(6))])} : null,
           bands: img && img.offsetParent ? img.src : null, finals: rows('#compare-finals'),
