@@ -128,6 +128,26 @@ def test_the_picker_names_picked_runs_as_the_curves_and_tables_do(ctx):
     assert [r for _, r in hidden][:len(picked)] == picked and {r: t for t, r in hidden}[ids[1]] == labels[ids[1]]
 
 
+def test_the_names_of_the_runs_shown_stay_as_the_store_grows(ctx):
+    """Issue 34 item 9: a run's name in Compare depends on the runs shown with it, never on what else is
+    stored: runs trained by others (a class on one server), even ones that differ in fields the shown runs
+    share, leave the picker's tokens, the legend and the unpicked runs' names as they were."""
+    ids = [add(ctx, c) for c in build_grid(BASE, [("PE", "rope, alibi")])]
+    picked = ids[:2]
+
+    def names() -> tuple:
+        legend = [t.name for t in render(ctx, controls(picked), {})["curves"].data]
+        return dict(choices(ctx.store.list(), picked)), run_labels(ctx, picked), sorted(legend)
+
+    before = names()
+    assert len(before[0]) == 2 and len(before[2]) == 2, before  # both picked, both in the legend
+    for values in ({"model.n_layers": 3}, {"train.seed": 9, "model.pos": "rope"}, {"task.name": "reverse"}):
+        add(ctx, change(BASE, **values))  # another student's run, stored after
+        add(ctx, change(BASE, "1 layer", **values))
+    after = names()
+    assert {k: v for k, v in after[0].items() if k in before[0]} == before[0] and after[1:] == before[1:]
+
+
 def test_group_names_read_like_their_runs_without_the_seed(ctx):
     grid = [add(ctx, c) for c in build_grid(BASE, [("PE", "rope, alibi"), ("norm", "pre, post"), ("seed", "1, 2")])]
     _, table = groups_of(ctx, grid, "train loss", "step", 0.0)
