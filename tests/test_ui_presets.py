@@ -20,6 +20,7 @@ from lab.engine.store import RunStore
 from tests.helpers import FakeTrainer
 from ui.grid import preview_text
 from ui.knobs import KNOBS, config_from_values
+from ui.compare.render import OPENINGS, Controls, render
 from ui.presets import compare_note, status
 from ui.projector import folded
 
@@ -72,7 +73,7 @@ def test_a_preset_click_submits_exactly_its_configs_and_opens_compare(setup, key
     assert {r for _, r in prop(pick, "choices")} >= set(ids)
     assert text.startswith(f"**{preset.title}**: 0 of {len(ids)} runs done")
     assert compare_note(demo.lab_context, last, ids) == text  # Compare's note: while exactly these runs are picked
-    assert note == text and shown == {"selection": ""}  # and it comes with them, not after a redraw
+    assert note == text and set(shown) == {"selection", "opened"} and shown["selection"] == ""  # with them
     assert compare_note(demo.lab_context, last, ids[:-1] + ["other"]) == ""  # never above other runs' curves
 
     gate.set()
@@ -90,7 +91,14 @@ def test_a_preset_click_submits_exactly_its_configs_and_opens_compare(setup, key
     tabs, pick, metric, _, note, shown = endpoint(demo, "preset_show")(last)
     assert prop(tabs, "selected") == "compare" and prop(metric, "value") == list(preset.metrics)
     # the note for these runs comes with them (not the note of the runs shown before, until a redraw)
-    assert note == compare_note(demo.lab_context, last, ids) and folded(explanation) in note and shown == {"selection": ""}
+    assert note == compare_note(demo.lab_context, last, ids) and folded(explanation) in note
+    # a redraw still running for the page's record before (the first opening) sends nothing once Show replaced it
+    shown_before = {"selection": "x", "opened": OPENINGS.open(None)}
+    _, _, _, _, _, shown_after = endpoint(demo, "preset_show")(last, shown_before)
+    assert OPENINGS.replaced(shown_before) and not OPENINGS.replaced(shown_after)
+    ctx = demo.lab_context
+    assert render(ctx, Controls.of([None] * 4, ids, "held-out loss", "step", 0.0, True, True), shown_before) == {}
+    assert "curves" in render(ctx, Controls.of([None] * 4, ids, "held-out loss", "step", 0.0, True, True), shown_after)
     assert prop(pick, "value") == ids
 
 

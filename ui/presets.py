@@ -233,25 +233,27 @@ class PresetLaunch(Outputs):
 
 
 @errors_as_messages
-def run_preset(ctx: AppContext, preset: Preset, runs: Any, who: Any, own: Any = False) -> tuple:
+def run_preset(ctx: AppContext, preset: Preset, runs: Any, who: Any, own: Any = False, before: Any = None) -> tuple:
     """Ask for every run of `preset` (the runs already on this server for the same configurations, else new
     ones: lab/engine/sharing.py), remember them, and open Compare on them with the preset's curve. With `own`
     ("My own seed") they train the student's own seed and Compare pools the class's runs."""
     owner = who if isinstance(who, str) else ""
     seed = class_seed(owner) if own is True else None
-    return launch(ctx, preset, runs, owner, seed, "class" if own is True else "")
+    return launch(ctx, preset, runs, owner, seed, "class" if own is True else "", before)
 
 
 @errors_as_messages
-def run_again(ctx: AppContext, last: Any, runs: Any, who: Any) -> tuple:
+def run_again(ctx: AppContext, last: Any, runs: Any, who: Any, before: Any = None) -> tuple:
     """"Train again with a new seed": the last preset's runs, each with one new random seed."""
     preset, _ = last_runs(ctx, last)
     if preset is None:
         raise gr.Error("No preset has been run from this browser yet: click a preset first.")
-    return launch(ctx, preset, runs, who if isinstance(who, str) else "", fresh_seed())
+    return launch(ctx, preset, runs, who if isinstance(who, str) else "", fresh_seed(), before=before)
 
 
-def launch(ctx: AppContext, preset: Preset, runs: Any, owner: str, seed: int | None, seed_from: str = "") -> tuple:
+def launch(ctx: AppContext, preset: Preset, runs: Any, owner: str, seed: int | None, seed_from: str = "",
+           before: Any = None) -> tuple:
+    """Claim the preset's runs, and open Compare on them (`before`: Compare's record of what it shows)."""
     cfgs = [c if seed is None else seeded(c, seed) for c in preset.runs]
     claims = ctx.jobs.claim_many(cfgs, owner=owner, seed_from=seed_from)
     ids = [c.run_id for c in claims]
@@ -262,7 +264,8 @@ def launch(ctx: AppContext, preset: Preset, runs: Any, owner: str, seed: int | N
     text, live = status(ctx, last)
     shown = shown_runs(ctx, preset, ids, seed_from == "class")
     return PresetLaunch(last=last, my_runs=remember_runs(runs, ids), status=text, timer=gr.Timer(active=live),
-                        **compare_opening(ctx, shown, preset.metrics, compare_said(ctx, last, shown)[0])).values()
+                        **compare_opening(ctx, shown, preset.metrics, compare_said(ctx, last, shown)[0],
+                                          before)).values()
 
 
 @errors_as_messages
@@ -278,13 +281,13 @@ def preset_restored(ctx: AppContext, stored: Any) -> tuple:
 
 
 @errors_as_messages
-def show_preset(ctx: AppContext, last: Any) -> tuple:
+def show_preset(ctx: AppContext, last: Any, before: Any = None) -> tuple:
     """Compare opened on the last preset's runs (an error when this browser has none)."""
     preset, ids = last_runs(ctx, last)
     if preset is None or not ids:
         raise gr.Error("No preset has been run from this browser yet (or its runs were deleted).")
     shown = shown_runs(ctx, preset, ids, isinstance(last, dict) and last.get("class") is True)
-    return Opened(**compare_opening(ctx, shown, preset.metrics, compare_said(ctx, last, shown)[0])).values()
+    return Opened(**compare_opening(ctx, shown, preset.metrics, compare_said(ctx, last, shown)[0], before)).values()
 
 
 @errors_as_messages
@@ -314,14 +317,14 @@ class PresetsTab:
         ctx, opens = self.ctx, compare.opener(tabs)
         outputs = PresetLaunch.wired(self, my_runs=my_runs, **opens)
         for key, button in self.buttons.items():
-            button.click(partial(run_preset, ctx, PRESETS[key]), inputs=[my_runs, owner, self.own_seed],
+            button.click(partial(run_preset, ctx, PRESETS[key]), inputs=[my_runs, owner, self.own_seed, opens["shown"]],
                          outputs=outputs, api_name=f"preset_{key}")
-        self.again.click(partial(run_again, ctx), inputs=[self.last, my_runs, owner], outputs=outputs,
+        self.again.click(partial(run_again, ctx), inputs=[self.last, my_runs, owner, opens["shown"]], outputs=outputs,
                          api_name="preset_again")
         self.timer.tick(partial(preset_progress, ctx), inputs=self.last, outputs=[self.status, self.timer],
                         api_name="preset_poll", show_progress="hidden",
                         api_visibility=PRIVATE)
-        self.show.click(partial(show_preset, ctx), inputs=self.last, outputs=Opened.wired(**opens),
+        self.show.click(partial(show_preset, ctx), inputs=[self.last, opens["shown"]], outputs=Opened.wired(**opens),
                         api_name="preset_show", api_visibility=PRIVATE)
         # the cards' estimates and last results follow the server: when the tab is opened, while a preset
         # trains, and once more when this browser's preset line changes (its last run finished: a tick's

@@ -13,7 +13,10 @@ views of the selection and the timer. A view is sent when its fingerprint change
 """
 from __future__ import annotations
 
+import collections
 import json
+import threading
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -31,6 +34,37 @@ LIVE_POLL_S = 2.0  # Compare's timer while a run it shows trains: each tick redr
 WATCH_POLL_S = 5.0  # and while nothing shown trains: a run continued from another screen shows within 5 s
 # (component, fn(ctx, its value, run ids) -> (the note above the curves, the steps it quotes, marked on them))
 NoteSource = tuple[Any, Callable[[AppContext, Any, list[str]], tuple[str, tuple[Mark, ...]]]]
+
+
+class Openings:
+    """Which openings of Compare on other runs a later one has replaced, so a redraw dispatched for the runs
+    shown before returns nothing: a preset clicked while Compare redrew the last one's runs got the older
+    redraw's note and curves above its own runs until the next redraw. An opening (ui/compare/tab.py
+    `opening`) writes a fresh token into the page's record of what it shows and replaces the token there
+    before; a redraw carries the token of the page it was asked from."""
+
+    KEPT = 10_000  # tokens remembered (each a few dozen bytes): far more than a server's openings in an hour
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._replaced: collections.OrderedDict[str, None] = collections.OrderedDict()
+
+    def open(self, before: Any) -> str:
+        """A new opening's token; the one in `before` (the page's record, or anything) is replaced."""
+        old = before.get("opened") if isinstance(before, dict) else None
+        with self._lock:
+            if isinstance(old, str):
+                self._replaced[old] = None
+                while len(self._replaced) > self.KEPT:
+                    self._replaced.popitem(last=False)
+        return uuid.uuid4().hex
+
+    def replaced(self, shown: dict) -> bool:
+        with self._lock:
+            return shown.get("opened") in self._replaced
+
+
+OPENINGS = Openings()
 
 
 @dataclass(frozen=True)
@@ -115,4 +149,6 @@ def render(ctx: AppContext, c: Controls, shown: dict,
     if changed("timer", _key(timer)):
         out["timer"] = gr.update(**timer)  # explicit: a Timer(active=True) equals its default, sent as nothing
     out["shown"] = new
+    if OPENINGS.replaced(shown):  # drawn for runs another opening has replaced on the page: nothing to send
+        return {}
     return out

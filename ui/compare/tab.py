@@ -31,7 +31,7 @@ from lab.views.curves import CURVES, X_AXES
 from lab.views.plots import to_png
 from ui.common import AppContext, Outputs, errors_as_messages, kept, with_api_params
 from ui.compare.class_board import build_publish_panel
-from ui.compare.render import LIVE_POLL_S, Controls, NoteSource, render
+from ui.compare.render import LIVE_POLL_S, OPENINGS, Controls, NoteSource, render
 
 DEFAULT_CURVES = ["train loss (batch)"]
 
@@ -66,17 +66,19 @@ class Opened(Outputs):
 
 
 def opening(ctx: AppContext, run_ids: list[str], metrics: Optional[Sequence[str]] = None,
-            note: str = "") -> dict[str, Any]:
+            note: str = "", before: Any = None) -> dict[str, Any]:
     """Compare opened on `run_ids`, by `Opened`'s field names: the tab selected, the picker set to them, the
     curves `metrics` (None: as they are), grouping on, and `note` above the curves, the note for these runs,
     at once: the note of the runs shown before stood above these until the redraw answered (a preset clicked
     right after another showed the first's sentence above the second's runs). The page's record of what it
     shows is emptied, so the redraw that follows sends every view for these runs, the note among them (its
-    `selection`, unlike any real one, also takes away files exported for the runs before). One event
-    redraws the tab once they are in (see the module's docstring)."""
+    `selection`, unlike any real one, also takes away files exported for the runs before), and holds a new
+    opening's token: a redraw still running for the record `before` (the page's, when the opener reads it)
+    sends nothing (ui/compare/render.py `Openings`). One event redraws the tab once they are in (see the
+    module's docstring)."""
     return {"tabs": gr.Tabs(selected="compare"), "pick": select(ctx, run_ids),
             "metric": gr.skip() if metrics is None else gr.update(value=list(metrics)), "group": gr.Checkbox(value=True),
-            "note": note, "shown": {"selection": ""}}
+            "note": note, "shown": {"selection": "", "opened": OPENINGS.open(before)}}
 
 
 def select(ctx: AppContext, run_ids: list[str]) -> dict:
