@@ -197,13 +197,16 @@ def test_the_preset_is_the_grid_and_its_explanation_quotes_the_region():
     results[preset.name("post", 150, 3e-2)] = {"eval": {"loss": 0.5}}
     assert preset.failing_region(results) == [3e-2]
     text = preset.explain(results)
-    assert "post-LN learned nothing at learning rate 0.03 (loss 2.29) where pre-LN trained (0.10)" in text, text
+    assert text.startswith("Without warmup, post-LN learned nothing at learning rate 0.03 (held-out loss 2.29) where "
+                           "pre-LN trained (0.10): that is the map's failing region. ")  # the finding first: the
+    # headline projector mode shows
     assert "at 0.03, post-LN ended at 0 warmup steps 2.29, 50 warmup steps 2.00, 150 warmup steps 0.50" in text
     results[preset.name("post", 0, 3e-2)] = {"eval": {"loss": 0.2}}
     results[preset.name("post", 0, 1e-1)] = {"eval": {"loss": 0.3}}
     assert preset.failing_region(results) == []
     text = preset.explain(results)
-    assert "no learning rate had both post-LN learning nothing without warmup (loss at least 2.07)" in text, text
+    assert text.startswith("This time no learning rate had both post-LN learning nothing without warmup (held-out "
+                           "loss at least 2.07)"), text
     assert "The widest gap was at 0.03: pre-LN 0.10, post-LN 0.20." in text and "not the preset's" not in text, text
     short = {n: v | {"steps": 60} for n, v in results.items()}
     assert "after 60 steps" in preset.explain(short) and "trained 60 steps, not the preset's 200" in preset.explain(short)

@@ -61,22 +61,24 @@ def explain(r: Mapping[str, Mapping[str, Any]], lr_text: Optional[dict[float, st
     lr_of = lr_text or {lr: f"{lr:g}" for lr in LRS}
     region = failing_region(r)
     steps = next((v.get("steps") for v in r.values() if v and v.get("steps")), BASE.train.steps)
-    head = f"Final held-out loss after {steps} steps (guessing: ln 10 = {CHANCE:.2f}). "
+    measured = f"Each cell is the final held-out loss after {steps} steps (guessing: ln 10 = {CHANCE:.2f}). "
     if not region:
         worst = max(LRS, key=lambda lr: _loss(r, "post", 0, lr) - _loss(r, "pre", 0, lr))
-        return head + (f"This time no learning rate had both post-LN learning nothing without warmup (loss at least "
-                       f"{FAILS:.2f}) and pre-LN training (at most {TRAINS}). The widest gap was at {lr_of[worst]}: "
-                       f"pre-LN {_n(_loss(r, 'pre', 0, worst))}, post-LN {_n(_loss(r, 'post', 0, worst))}. "
-                       + (f"These runs trained {steps} steps, not the preset's {BASE.train.steps}; " if steps !=
-                          BASE.train.steps else "") + "where the edge lies is partly luck: add a seed axis.")
+        return (f"This time no learning rate had both post-LN learning nothing without warmup (held-out loss at least "
+                f"{FAILS:.2f}) and pre-LN training (at most {TRAINS}). " + measured +
+                f"The widest gap was at {lr_of[worst]}: pre-LN {_n(_loss(r, 'pre', 0, worst))}, post-LN "
+                f"{_n(_loss(r, 'post', 0, worst))}. "
+                + (f"These runs trained {steps} steps, not the preset's {BASE.train.steps}; " if steps !=
+                   BASE.train.steps else "") + "where the edge lies is partly luck: add a seed axis.")
     lr = region[0]
     post_w = ", ".join(f"{w} warmup steps {_n(_loss(r, 'post', w, lr))}" for w in WARMUPS)
     fine = [x for x in LRS if max(_loss(r, "pre", 0, x), _loss(r, "post", 0, x)) <= TRAINS]
     both = (f"At {' and '.join(lr_of[x] for x in fine)} both train without warmup. " if fine else "")
-    return head + (
+    # the finding first: projector mode shows the first sentence as the headline (ui/projector.py)
+    return (
         f"Without warmup, post-LN learned nothing at learning rate {' and '.join(lr_of[x] for x in region)} "
-        f"(loss {', '.join(_n(_loss(r, 'post', 0, x)) for x in region)}) where pre-LN trained "
-        f"({', '.join(_n(_loss(r, 'pre', 0, x)) for x in region)}): that is the map's failing region. {both}"
-        f"Warmup moves post-LN's edge: at {lr_of[lr]}, post-LN ended at {post_w}. Xiong et al. 2020 found the "
+        f"(held-out loss {', '.join(_n(_loss(r, 'post', 0, x)) for x in region)}) where pre-LN trained "
+        f"({', '.join(_n(_loss(r, 'pre', 0, x)) for x in region)}): that is the map's failing region. " + measured
+        + f"{both}Warmup moves post-LN's edge: at {lr_of[lr]}, post-LN ended at {post_w}. Xiong et al. 2020 found the "
         "same: the original post-LN Transformer needs warmup, pre-LN trains without it and at larger learning "
         "rates. Read the map left to right: each panel's bright cells are where that placement trains.")
