@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import gradio as gr
 
@@ -175,16 +175,18 @@ def compare_note(ctx: AppContext, last: Any, run_ids: list[str]) -> str:
     return compare_said(ctx, last, run_ids)[0]
 
 
-def compare_said(ctx: AppContext, last: Any, run_ids: list[str]) -> tuple[str, tuple[Mark, ...]]:
+def compare_said(ctx: AppContext, last: Any, run_ids: list[str],
+                 told: Optional[tuple[str, bool, tuple[Mark, ...]]] = None) -> tuple[str, tuple[Mark, ...]]:
     """Compare's note above the curves, and the steps to mark on them: the last preset's progress or
     explanation and the steps it quotes while exactly its runs are picked (with "my own seed", its runs and the
-    class's), else nothing (its sentence and marks never stand on other runs' curves)."""
+    class's), else nothing (its sentence and marks never stand on other runs' curves). `told`: `said`'s answer
+    when the caller has it already."""
     _, ids = last_runs(ctx, last)
     pooled = isinstance(last, dict) and last.get("class") is True
     other = other_versions(ctx, run_ids)
     if not ids or not (set(ids) == set(run_ids) or pooled and set(ids) <= set(run_ids)):
         return other, ()
-    text, _, marks = said(ctx, last)
+    text, _, marks = told or said(ctx, last)
     return text + (f"\n\n{other}" if other else ""), marks
 
 
@@ -261,10 +263,11 @@ def launch(ctx: AppContext, preset: Preset, runs: Any, owner: str, seed: int | N
     last = {"key": preset.key, "run_ids": ids, **({"class": True} if seed_from == "class" else {}),
             **({"note": describe_claim(attached[0]) + (" For runs of your own, click 🎲 *Train the last preset again "
                                                        "with a new seed* on the Presets tab.")} if attached else {})}
-    text, live = status(ctx, last)
+    told = said(ctx, last)  # read once: the preset's line and Compare's note say the same
+    text, live, _ = told
     shown = shown_runs(ctx, preset, ids, seed_from == "class")
     return PresetLaunch(last=last, my_runs=remember_runs(runs, ids), status=text, timer=gr.Timer(active=live),
-                        **compare_opening(ctx, shown, preset.metrics, compare_said(ctx, last, shown)[0],
+                        **compare_opening(ctx, shown, preset.metrics, compare_said(ctx, last, shown, told)[0],
                                           before)).values()
 
 
