@@ -131,7 +131,9 @@ GRID = ("PE", "rope, alibi", "seed", "1, 2", "", "")
 def test_grid_launch_submits_exactly_the_grid(setup):
     demo, store, jobs, gate = setup
     knobs = knob_values(task="copy", max_len=4, d_model=32, n_heads=2, steps=20)
-    text, my_runs, tabs, pick, _, group, note, _ = endpoint(demo, "grid_launch")(*knobs, *GRID, [], "u2")
+    before = {"selection": "x", "opened": OPENINGS.open(None)}  # Compare's record when Launch was clicked
+    text, my_runs, tabs, pick, _, group, note, shown = endpoint(demo, "grid_launch")(*knobs, *GRID, [], "u2", before)
+    assert OPENINGS.replaced(before) and not OPENINGS.replaced(shown)  # a redraw for the runs before sends nothing
     ids = prop(pick, "value")
     expected = build_grid(config_from_values({"task.name": "copy", "task.max_len": 4, "model.d_model": 32,
                                               "model.n_heads": 2, "train.steps": 20}),

@@ -96,7 +96,10 @@ def _frame_key(df: pd.DataFrame) -> str:
 
 def render(ctx: AppContext, c: Controls, shown: dict,
            note: Optional[Callable[[list[str]], tuple[str, tuple[Mark, ...]]]] = None) -> dict:
-    """The views (by output name) that differ from `shown`, plus the new `shown` under "shown"."""
+    """The views (by output name) that differ from `shown`, plus the new `shown` under "shown"; nothing for a
+    page record another opening has replaced (`Openings`: checked before the work and again after it)."""
+    if OPENINGS.replaced(shown):
+        return {}
     listing = ctx.store.list()  # read before any metrics: a run that ends later is redrawn by the next tick
     indexed, listed = listing.set_index("run_id"), only(listing, c.filters)
     states = {r: (indexed.loc[r, "state"], _key(indexed.loc[r].get("step"))) for r in c.run_ids if r in indexed.index}
