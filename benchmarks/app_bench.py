@@ -152,8 +152,6 @@ def inspect_run() -> dict[str, Any]:
     from ui.common import AppContext
     from ui.inspect.attention import attention_figures, positional_panel
 
-    import sklearn.decomposition  # noqa: F401  (as the served app, which loads it once the page is up)
-
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(tmp)
         cfg = RunConfig(train=TrainConfig(steps=50, device="cpu", snapshots=3))

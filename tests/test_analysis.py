@@ -99,6 +99,23 @@ def test_only_learned_pe_adds_parameters(arch, norm):
 
 
 # ---- positional views ------------------------------------------------------------------
+def test_principal_components_by_hand():
+    """Points on the line y = 2x plus a small orthogonal wobble: the first component is that line's direction
+    (sign: its largest loading positive), the coordinates are the points' centred distances along it, and
+    the two shares are the variances along the line and across it over the total."""
+    from lab.views.analysis import principal_components
+
+    t, w = np.array([-2.0, -1.0, 0.0, 1.0, 2.0]), np.array([0.1, -0.1, 0.0, -0.1, 0.1])
+    line, across = np.array([1.0, 2.0]) / np.sqrt(5), np.array([-2.0, 1.0]) / np.sqrt(5)
+    x = 3.0 + t[:, None] * line + w[:, None] * across  # (5, 2), centred at (3, 3)
+    coords, share = principal_components(x, 2)
+    np.testing.assert_allclose(coords[:, 0], t, atol=1e-12)  # along (1, 2)/sqrt 5: its y loading is the largest
+    np.testing.assert_allclose(np.abs(coords[:, 1]), np.abs(w), atol=1e-12)
+    total = (t ** 2).sum() + (w ** 2).sum()
+    np.testing.assert_allclose(share, [(t ** 2).sum() / total, (w ** 2).sum() / total], rtol=1e-12)
+    assert principal_components(x, 1)[0].shape == (5, 1)
+
+
 @pytest.mark.parametrize("pos", ["sinusoidal", "learned"])
 def test_positional_view_of_absolute_encodings(pos):
     cfg = tiny_config(ANALYSIS, pos=pos)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from typing import Optional
 
 import gradio as gr
@@ -22,7 +21,6 @@ from lab.engine.environment import default_queue_size, detect
 from lab.engine.jobs import SPARE_DELAY_S, JobManager
 from lab.engine.limits import Limits
 from lab.engine.store import RunStore
-from lab.views.analysis import pca_type
 from lab.views.curve_figures import warm_up
 from ui.common import PRIVATE, AppContext
 from ui.compare.tab import build_compare_tab
@@ -64,9 +62,6 @@ footer {display: none !important}
     word-break: normal !important; overflow-wrap: normal !important; min-width: 5.5em}
 }
 """
-
-
-WARM_UP_S = 8.0  # seconds after start-up before the app imports what it needs later (scikit-learn)
 
 
 def build_demo(store: Optional[RunStore] = None, jobs: Optional[JobManager] = None,
@@ -138,10 +133,6 @@ def main() -> None:
     jobs.warm_up(SPARE_DELAY_S)  # one worker process per training slot, started once the page is up
     demo = build_demo(store, jobs)
     warm_up()  # plotly's lazily imported modules, before any request (two at once could deadlock)
-    # scikit-learn (the PCA panel) loads once the page is up: imported at start it slowed the cold start
-    warm = threading.Timer(WARM_UP_S, pca_type)
-    warm.daemon = True
-    warm.start()
     demo.launch(server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                 server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")), **launch_options(store, limits))
 

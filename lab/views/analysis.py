@@ -6,7 +6,6 @@ that a job is training. (Parameter counts live in lab/params.py.)
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass
 from typing import Optional
 
@@ -174,16 +173,18 @@ class PositionalView:
     note: Optional[str]  # why there is no table, where there is none
 
 
-_IMPORTING = threading.Lock()
-
-
-def pca_type() -> type:
-    """scikit-learn's PCA, imported on first use (at start-up it slowed the app's cold start) and under a lock:
-    two threads importing a package with circular imports at once can fail with Python's _DeadlockError (the
-    app's start-up warm-up and a first PCA panel could)."""
-    with _IMPORTING:
-        from sklearn.decomposition import PCA
-    return PCA
+def principal_components(x: np.ndarray, k: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """PCA of the rows of `x` (n, d) by NumPy's SVD of the centred rows (Pearson 1901; the SVD route of
+    scikit-learn's PCA, without importing scikit-learn into every app process): the (n, k) coordinates on the first `k`
+    components and their (k,) shares of the variance. Each component's sign makes its largest-magnitude
+    loading positive, so the same table always draws the same picture."""
+    centred = x - x.mean(axis=0)
+    _, s, vt = np.linalg.svd(centred, full_matrices=False)  # centred = u @ diag(s) @ vt; vt: (min(n, d), d)
+    rows = np.arange(vt.shape[0])
+    vt = vt * np.sign(vt[rows, np.abs(vt).argmax(axis=1)])[:, None]
+    var = s ** 2
+    share = var / var.sum() if var.sum() > 0 else np.zeros_like(var)
+    return centred @ vt[:k].T, share[:k]  # (n, k), (k,)
 
 
 def positional_view(cfg: RunConfig, state_dict: Optional[dict[str, torch.Tensor]] = None,
@@ -207,8 +208,7 @@ def positional_view(cfg: RunConfig, state_dict: Optional[dict[str, torch.Tensor]
                               None if rel is None else rel.numpy(), pe.table_note)
     tab = table.detach().double().numpy()
     k = min(2, tab.shape[0], tab.shape[1])
-    pca = pca_type()(n_components=k).fit(tab)
-    coords = pca.transform(tab)
+    coords, explained = principal_components(tab, k)
     unit = tab / np.maximum(np.linalg.norm(tab, axis=1, keepdims=True), 1e-12)
-    return PositionalView(cfg.model.pos, tab, coords, pca.explained_variance_ratio_, unit @ unit.T,
+    return PositionalView(cfg.model.pos, tab, coords, explained, unit @ unit.T,
                           None if rel is None else rel.numpy(), None)
