@@ -36,9 +36,12 @@ def tier_of(item: pytest.Item) -> str:
     return marked[0] if marked else "unit"
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each unmarked test `unit`, and order the modules by tier (a stable sort keeps each module's
-    tests together and in their written order)."""
+    tests together and in their written order). First among the plugins' hooks: pytest-xdist's reads the
+    `xdist_group` marks set here into the test ids its scheduler groups by (run after it, they were set too
+    late, and a module's tests, its app server and trainings with them, were set up on both workers)."""
     rank: dict[str, int] = {}
     for item in items:
         tier, module = tier_of(item), item.nodeid.split("::")[0]

@@ -277,19 +277,28 @@ def pool():
     return _POOL[0]
 
 
+def measured_at_the_end(cfg: RunConfig) -> RunConfig:
+    """`cfg` evaluated once, at its last step, with no attention snapshots: the same training (measuring
+    touches neither the weights nor any random stream, so the final weights and the final metrics are bit
+    for bit the preset's own: tests/test_trainer.py checks it), without the ~20 evaluations that draw its
+    curves (up to half of a preset run's time)."""
+    return replace(cfg, train=replace(cfg.train, eval_every=cfg.train.steps, snapshots=0))
+
+
 class Ran:
     """All runs of a preset: summaries by name, plus each run's records and weights."""
 
-    def __init__(self, preset: Preset, runs: Optional[Sequence[RunConfig]] = None) -> None:
-        """`runs`: a subset of the preset's runs (by default all of them), at exactly their settings."""
+    def __init__(self, preset: Preset, runs: Optional[Sequence[RunConfig]] = None, curves: bool = False) -> None:
+        """`runs`: a subset of the preset's runs (by default all of them), at exactly their settings. Without
+        `curves`, only the final metrics and weights are read: each run is measured at its end only."""
         self.summaries, self.records, self.weights = {}, {}, {}
-        self.preset = preset
+        self.preset, self.curves = preset, curves
         self.add(runs if runs is not None else preset.runs)
 
     def add(self, runs: Sequence[RunConfig]) -> None:
         """Train `runs` (the preset's own configs) and redo the explanation with them."""
         assert all(cfg in self.preset.runs for cfg in runs)
-        cfgs = [on_cpu(cfg) for cfg in runs]
+        cfgs = [on_cpu(cfg if self.curves else measured_at_the_end(cfg)) for cfg in runs]
         for cfg, d in zip(cfgs, pool().map(_train_one, cfgs, [os.environ[ENV]] * len(cfgs))):
             self.summaries[cfg.name], self.records[cfg.name], self.weights[cfg.name] = d
         self.text = self.preset.explain(self.summaries)
@@ -326,7 +335,7 @@ def test_induction_needs_two_layers_and_one_head_matters_most():
     from lab.views.probing import importance_map, knockout_summary
 
     preset = PRESETS["induction"]
-    r = Ran(preset)
+    r = Ran(preset, curves=True)  # its last snapshot; the run test_browser_marks and test_head_roles read
     assert r.ev("2 layers") < 0.5 * r.ev("1 layer"), r.summaries
     assert "fell to" in r.text
     cfg = next(c for c in preset.runs if c.name == "2 layers")
@@ -400,7 +409,7 @@ def test_attention_reverses_where_an_lstm_of_the_same_size_fails_far_back():
     from lab.views.analysis import load_model
 
     preset = PRESETS["why_attention"]
-    r = Ran(preset)
+    r = Ran(preset, curves=True)  # the step its sentence quotes
     t, lstm = preset.runs
     assert abs(r.summaries["Transformer"]["params"] / r.summaries["LSTM"]["params"] - 1) < 0.01  # the same size
     assert r.ev("Transformer", EXACT_MATCH) == 1.0 and r.ev("LSTM", EXACT_MATCH) < 0.5, r.summaries
@@ -436,7 +445,7 @@ def test_removing_the_scaling_slows_learning_at_a_wide_head():
 @pytest.mark.science
 @pytest.mark.shares_training("grokking weight decay")
 def test_grokking_needs_weight_decay():
-    r = Ran(PRESETS["grokking"])
+    r = Ran(PRESETS["grokking"], curves=True)  # memorising before generalising; test_grokking_fourier's run
     wd, no = "weight decay 1.0", "weight decay 0"
     # it fits its training pairs before it generalises: an evaluation where the training pairs are (nearly) all
     # right and the unseen ones mostly wrong. Measured on the training pairs themselves, as the preset's sentence

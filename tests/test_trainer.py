@@ -110,6 +110,22 @@ def test_runs_are_reproducible_from_the_seed(arch):
     assert not all(torch.equal(a.state_dict[k], c.state_dict[k]) for k in a.state_dict)
 
 
+@pytest.mark.parametrize("arch", TRANSFORMERS)
+def test_measuring_changes_nothing_a_run_learns(arch):
+    """Evaluations and attention snapshots draw no random numbers and touch no weight: a run measured every 5
+    steps with 3 snapshots ends with the same weights and the same final metrics, bit for bit, as the same run
+    measured only at its last step (test_presets trains the presets whose tests read only final results so)."""
+    cfg = tiny_config(RUN, arch=arch, steps=15, dropout=0.2)
+    often, r_often = run(replace(cfg, train=replace(cfg.train, eval_every=5, snapshots=3)))
+    once, r_once = run(replace(cfg, train=replace(cfg.train, eval_every=15, snapshots=0)))
+    assert len(of(r_often, EvalRecord)) == 3 and len(of(r_often, SnapshotRecord)) == 3
+    assert len(of(r_once, EvalRecord)) == 1 and not of(r_once, SnapshotRecord)
+    assert all(torch.equal(often.state_dict[k], once.state_dict[k]) for k in often.state_dict)
+    assert often.final_eval.loss == once.final_eval.loss and often.final_eval.ood_loss == once.final_eval.ood_loss
+    assert often.final_eval.train_loss == once.final_eval.train_loss
+    assert [r.loss for r in of(r_often, StepRecord)] == [r.loss for r in of(r_once, StepRecord)]
+
+
 def test_runs_with_dropout_are_reproducible_in_one_process():
     """Dropout masks come from the global generator: a run repeats exactly whatever ran before it in
     the process (a worker process trains job after job)."""
