@@ -11,7 +11,8 @@
     9 api        lab/api/: the public Python API for notebooks (docs/python-api.md), and the package's front
                  door lab/__init__.py, which re-exports it lazily; it may load the app (`lab.demo()`)
 
-Every import counts, including the ones inside functions (a lazy import is still an arrow).
+Every import counts, including the ones inside functions (a lazy import is still an arrow). And no function
+in ui/ is over 60 lines.
 """
 from __future__ import annotations
 
@@ -110,3 +111,25 @@ def test_the_check_catches_an_upward_import(tmp_path):
     fake.write_text("from lab.engine.store import RunStore\n", encoding="utf-8")
     mods["lab.config"] = fake
     assert violations(mods) == ["lab.config (layer 1) imports lab.engine.store (layer 2)"]
+
+
+MAX_UI_FUNCTION_LINES = 60  # a page's builder or handler longer than this mixes concepts: split it by what it builds
+
+
+def long_functions(folder: Path) -> list[str]:
+    """`path:function (lines)` for every function under `folder` longer than MAX_UI_FUNCTION_LINES."""
+    found = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_UI_FUNCTION_LINES:
+                    found.append(f"{path.relative_to(folder.parent)}:{node.name} ({n} lines)")
+    return found
+
+
+def test_no_ui_function_is_over_60_lines(tmp_path):
+    assert long_functions(REPO / "ui") == []
+    (tmp_path / "ui").mkdir()
+    (tmp_path / "ui" / "long.py").write_text("def f():\n" + "    x = 1\n" * 60)  # 61 lines: the check sees it
+    assert long_functions(tmp_path / "ui") == ["ui/long.py:f (61 lines)"]

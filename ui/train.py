@@ -39,6 +39,18 @@ class TrainTab:
     grid: Optional[GridPanel] = None  # the ablation grid accordion (ui/grid.py); app.py wires it to Compare
 
 
+def _live_plots() -> tuple[gr.LinePlot, gr.LinePlot, gr.Image]:
+    """The run's loss and accuracy curves, each on its own axis, and its latest attention picture. Fixed
+    titles: a changed title redraws with the data from before the update (ui/compare/tab.py); one colour per
+    measure in both (train blue, held-out orange), fixed from the start."""
+    loss_plot = gr.LinePlot(x="step", y="value", color="series", title="Loss (nats a token)", y_title="cross-entropy",
+                            elem_id="live-loss", height=260, x_axis_format="d", color_map=LIVE_COLOURS)
+    acc_plot = gr.LinePlot(x="step", y="value", color="series", title=ACC_TITLE, y_title="accuracy", y_lim=[0, 1],
+                           elem_id="live-acc", height=260, x_axis_format="d", color_map=LIVE_COLOURS)
+    attn_plot = gr.Image(show_label=False, visible=False, elem_id="live-attention", interactive=False, type="filepath")
+    return loss_plot, acc_plot, attn_plot
+
+
 def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.BrowserState) -> TrainTab:
     """The tab's layout, then its events (`wire_train_tab`)."""
     with gr.Tab("Train", id="train"):
@@ -78,16 +90,7 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
                                      info="From the run's last checkpoint.", scale=2)
                     cont = gr.Button("Continue training", size="sm", elem_id="continue-btn", scale=1)
                 cont_note = gr.Markdown("", elem_id="continue-note")
-                # fixed titles: a changed title redraws with the data from before the update (ui/compare/tab.py)
-                # one colour per measure in both (train blue, held-out orange), fixed from the start
-                loss_plot = gr.LinePlot(x="step", y="value", color="series", title="Loss (nats a token)",
-                                        y_title="cross-entropy", elem_id="live-loss", height=260, x_axis_format="d",
-                                        color_map=LIVE_COLOURS)
-                acc_plot = gr.LinePlot(x="step", y="value", color="series", title=ACC_TITLE, y_title="accuracy",
-                                       y_lim=[0, 1], elem_id="live-acc", height=260, x_axis_format="d",
-                                       color_map=LIVE_COLOURS)
-                attn_plot = gr.Image(show_label=False, visible=False, elem_id="live-attention", interactive=False,
-                                     type="filepath")
+                loss_plot, acc_plot, attn_plot = _live_plots()
                 build_share_panel(widgets, ctx.jobs.limits.max_upload_bytes)
                 grid = build_grid_panel(ctx, widgets, my_runs, owner)
         timer = gr.Timer(POLL_S, active=False)

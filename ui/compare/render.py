@@ -26,7 +26,7 @@ import pandas as pd
 from lab.engine.store import LIVE_STATES
 from lab.views.compare_figures import finals_view, groups_view, page_curves, params_png, stability_view
 from lab.views.curve_figures import Mark
-from lab.views.compare_frames import (GROUP_COLS, choices, curve_series, map_measure, metric_list, only, read_selection,
+from lab.views.compare_frames import (GROUP_COLS, Selection, choices, curve_series, map_measure, metric_list, only, read_selection,
                                       run_table)
 from ui.common import AppContext
 
@@ -94,6 +94,29 @@ def _frame_key(df: pd.DataFrame) -> str:
     return df.to_json(orient="split", date_format="iso", default_handler=str)
 
 
+def draw(ctx: AppContext, c: Controls, sel: Selection, redraw: dict[str, bool], with_params: bool,
+         marks: tuple[Mark, ...]) -> dict:
+    """The figures and tables `redraw` names (curves, finals, groups, stability), by output name."""
+    out: dict = {}
+    if redraw["curves"]:
+        series, styles = curve_series(sel, c.metrics, c.x, c.smoothing, ctx.jobs.limits.max_live_points)
+        out["curves"] = page_curves(series, styles, c.metrics, c.x, marks)
+    if redraw["finals"]:
+        out["finals"], out["configs"] = finals_view(sel, c.diff_only)
+        if with_params:
+            fig = params_png(sel)
+            out["params"] = gr.Plot(value=fig, visible=fig is not None)
+    if redraw["groups"]:
+        drawn = groups_view(sel, c.metrics[0], c.x, c.smoothing) if c.grouped and sel.labels else None
+        out["bands"] = gr.Plot(value=drawn[0] if drawn else None, visible=drawn is not None)
+        out["groups"] = gr.Dataframe(value=drawn[1] if drawn else pd.DataFrame(columns=GROUP_COLS),
+                                     visible=drawn is not None)
+    if redraw["stability"]:
+        fig = stability_view(sel, map_measure(c.metrics))
+        out["stability"] = gr.Plot(value=fig, visible=fig is not None)
+    return out
+
+
 def render(ctx: AppContext, c: Controls, shown: dict,
            note: Optional[Callable[[list[str]], tuple[str, tuple[Mark, ...]]]] = None) -> dict:
     """The views (by output name) that differ from `shown`, plus the new `shown` under "shown"; nothing for a
@@ -125,22 +148,7 @@ def render(ctx: AppContext, c: Controls, shown: dict,
         out["table"] = table
     if changed("choices", _key(picker)):
         out["pick"] = gr.Dropdown(choices=picker)
-    if redraw["curves"]:
-        series, styles = curve_series(sel, c.metrics, c.x, c.smoothing, ctx.jobs.limits.max_live_points)
-        out["curves"] = page_curves(series, styles, c.metrics, c.x, marks)
-    if redraw["finals"]:
-        out["finals"], out["configs"] = finals_view(sel, c.diff_only)
-        if with_params:
-            fig = params_png(sel)
-            out["params"] = gr.Plot(value=fig, visible=fig is not None)
-    if redraw["groups"]:
-        drawn = groups_view(sel, c.metrics[0], c.x, c.smoothing) if c.grouped and sel.labels else None
-        out["bands"] = gr.Plot(value=drawn[0] if drawn else None, visible=drawn is not None)
-        out["groups"] = gr.Dataframe(value=drawn[1] if drawn else pd.DataFrame(columns=GROUP_COLS),
-                                     visible=drawn is not None)
-    if redraw["stability"]:
-        fig = stability_view(sel, map_measure(c.metrics))
-        out["stability"] = gr.Plot(value=fig, visible=fig is not None)
+    out.update(draw(ctx, c, sel, redraw, with_params, marks))
     if changed("selection", _key(c.run_ids)) and "selection" in shown:
         out["files"] = gr.File(value=None, visible=False)  # files exported for another selection
     if note is not None and changed("note", text):
