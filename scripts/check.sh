@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1
 python -m ruff check --quiet .
-exec python -m pytest -m unit -n 2 --dist loadgroup -q "$@"
+exec python -m pytest -m unit -n 2 --dist loadgroup --no-loadscope-reorder -q "$@"

@@ -20,5 +20,5 @@ export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1
 # the linter first (ruff.toml: syntax errors, unused or undefined names, likely bugs): seconds, and it names the line
 python -m ruff check --quiet .
 # two workers (pytest-xdist): a module's tests on one worker, so its app server and trainings stay
-# shared by their tests
-exec python -m pytest -n 2 --dist loadgroup "$@"
+# shared by their tests; modules in tests/conftest.py's order (longest tiers first), not xdist's (most tests first)
+exec python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder "$@"
