@@ -55,6 +55,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = f"training:{shares.args[0]}" if shares else item.nodeid if tier == "science" else module
         item.add_marker(pytest.mark.xdist_group(group))
         rank[module] = min(rank.get(module, len(TIERS)), TIERS.index(tier))
+        item.user_properties.append(("tier", tier))  # in --junitxml's report (benchmarks/test_suite.py reads it)
     items.sort(key=lambda it: rank[it.nodeid.split("::")[0]])
 
 

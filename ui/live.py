@@ -175,6 +175,30 @@ def live_frames(ctx: AppContext, run_id: str) -> tuple[pd.DataFrame, pd.DataFram
             with_series(accs[accs["series"].isin(acc_series)], "series", acc_series, "step"))
 
 
+class ShownRuns:
+    """The run each page shows, by Gradio session, as its last "Run shown" change said (bounded, thread-safe).
+    The timer's poll is unqueued and the change's is queued, so a tick asked for the run shown before can
+    finish after the change to the next: its answer (the previous run's progress, picture and a stopped timer)
+    would be the page's last word. `stale` tells that tick to send nothing."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._runs: OrderedDict[str, Optional[str]] = OrderedDict()
+        self._size, self._lock = size, threading.Lock()
+
+    def show(self, session: Optional[str], run_id: Optional[str]) -> None:
+        if session:
+            with self._lock:
+                self._runs[session] = run_id
+                self._runs.move_to_end(session)
+                while len(self._runs) > self._size:
+                    self._runs.popitem(last=False)
+
+    def stale(self, session: Optional[str], run_id: Optional[str]) -> bool:
+        """Whether the page has since changed to another run than `run_id`."""
+        with self._lock:
+            return bool(session) and session in self._runs and self._runs[session] != run_id
+
+
 class SnapshotPictures:
     """The Train tab's attention pictures as PNG files by (run, snapshot step), drawn once for every page that
     shows the run (a class of 30 watching one run costs one drawing and one encoding a snapshot, not 30); the

@@ -17,7 +17,7 @@ from ui.gpu import gpu_available, wire_gpu_button
 from ui.grid import GridPanel, axis_inputs, build_grid_panel, on_preview
 from ui.knobs import (ARCH_BOUND, KNOB_KEYS, KNOBS, TASK_SHOWN, build_widgets, config_from_values, shown_for_task,
                       usable_for_arch, wire_task_choice)
-from ui.live import ACC_TITLE, LIVE_COLOURS, FrameCache, SnapshotPictures, live_frames
+from ui.live import ACC_TITLE, LIVE_COLOURS, FrameCache, ShownRuns, SnapshotPictures, live_frames
 from ui.share import build_share_panel
 from ui.textfile import build_text_upload, text_box_shown
 from ui.train_events import (NO_RUN, ContinueOut, DeleteOut, PollOut, StartOut, TrainView, describe, knob_values,
@@ -129,11 +129,21 @@ def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button])
                     lambda vals: config_from_values(knob_values(vals)), problem, names + ["my_runs", "owner"])
 
     # one cache for every page: a run's curves computed once, each attention snapshot drawn once
-    poll = partial(on_poll, ctx, FrameCache(live_frames), SnapshotPictures())
+    poll, shown = partial(on_poll, ctx, FrameCache(live_frames), SnapshotPictures()), ShownRuns()
     poll_io = {"inputs": [v.run_pick, v.seen], "outputs": PollOut.wired(v), "show_progress": "hidden"}
+
+    def tick(run_id: Optional[str], last: Any, request: gr.Request) -> tuple:
+        out = poll(run_id, last)
+        session = request.session_hash if request is not None else None
+        return PollOut().values() if shown.stale(session, run_id) else out  # the page shows another run now
+
+    def show_run(run_id: Optional[str], last: Any, request: gr.Request) -> tuple:
+        shown.show(request.session_hash if request is not None else None, run_id)
+        return poll(run_id, last)
+
     # unqueued: one HTTP request per refresh, never refused by a full queue (a class polls every second)
-    v.timer.tick(poll, api_name="poll", queue=False, **poll_io)
-    v.run_pick.change(poll, api_name="show_run", **poll_io)
+    v.timer.tick(tick, api_name="poll", queue=False, **poll_io)
+    v.run_pick.change(show_run, api_name="show_run", **poll_io)
 
     buttons["continue"].click(partial(on_continue, ctx), inputs=[v.run_pick, v.more, v.owner],
                               outputs=ContinueOut.wired(v), api_name="continue_run", show_progress_on=[v.cont_note])
