@@ -138,8 +138,9 @@ def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button])
         return PollOut().values() if shown.stale(session, run_id) else out  # the page shows another run now
 
     def show_run(run_id: Optional[str], last: Any, request: gr.Request) -> tuple:
+        out = poll(run_id, last)  # a refused run id (an error shown to the page) is not the run it shows
         shown.show(request.session_hash if request is not None else None, run_id)
-        return poll(run_id, last)
+        return out
 
     # unqueued: one HTTP request per refresh, never refused by a full queue (a class polls every second)
     v.timer.tick(tick, api_name="poll", queue=False, **poll_io)
