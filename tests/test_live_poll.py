@@ -187,3 +187,30 @@ def test_the_latest_attention_snapshot_is_drawn_once_and_again_when_a_new_one_is
     assert pictures.drawn == 1 and len(set(paths)) == 1 and paths[0].endswith(".png")
     pictures.get(ctx, run_id, 20)
     assert pictures.get(ctx, run_id, 10) == paths[0] and pictures.drawn == 2
+
+
+def test_a_tick_for_the_run_shown_before_sends_nothing_once_the_page_shows_another(tmp_path):
+    """The timer's tick is unqueued and "Run shown"'s change is queued: a tick asked for run a can finish after
+    the page changed to run b. Its answer (a's progress, picture, a stopped timer) is dropped; another page
+    still gets a's answer, and so does this one once it shows a again."""
+    from types import SimpleNamespace
+
+    store = RunStore(tmp_path / "runs")
+    jobs = JobManager(store, max_concurrent=1, train_fn=FakeTrainer(step_s=0))
+    fns = {fn.api_name: fn for fn in app.build_demo(store, jobs).fns.values()}
+    try:
+        a, b = (store.create(RunConfig.from_dict(CFG)) for _ in range(2))
+        for r in (a, b):
+            store.set_status(r, "completed", step=1)
+            step(store, r, 1)
+        page, other = SimpleNamespace(session_hash="page"), SimpleNamespace(session_hash="other")
+        fns["show_run"].fn(a, {}, page)
+        text, *_ = fns["poll"].fn(a, {}, page)
+        assert "Completed" in text  # the run it shows
+        fns["show_run"].fn(b, {}, page)  # the page moved on to b
+        assert all(skipped(v) for v in fns["poll"].fn(a, {}, page))  # a late tick for a: nothing
+        assert "Completed" in fns["poll"].fn(a, {}, other)[0]  # another page showing a
+        fns["show_run"].fn(a, {}, page)
+        assert "Completed" in fns["poll"].fn(a, {}, page)[0]
+    finally:
+        jobs.shutdown(wait=True)

@@ -132,12 +132,12 @@ def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button])
     poll, shown = partial(on_poll, ctx, FrameCache(live_frames), SnapshotPictures()), ShownRuns()
     poll_io = {"inputs": [v.run_pick, v.seen], "outputs": PollOut.wired(v), "show_progress": "hidden"}
 
-    def tick(run_id: Optional[str], last: Any, request: gr.Request) -> tuple:
+    def tick(run_id: Optional[str], last: Any, request: gr.Request = None) -> tuple:
         out = poll(run_id, last)
         session = request.session_hash if request is not None else None
         return PollOut().values() if shown.stale(session, run_id) else out  # the page shows another run now
 
-    def show_run(run_id: Optional[str], last: Any, request: gr.Request) -> tuple:
+    def show_run(run_id: Optional[str], last: Any, request: gr.Request = None) -> tuple:
         out = poll(run_id, last)  # a refused run id (an error shown to the page) is not the run it shows
         shown.show(request.session_hash if request is not None else None, run_id)
         return out
