@@ -133,9 +133,11 @@ def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button])
     poll_io = {"inputs": [v.run_pick, v.seen], "outputs": PollOut.wired(v), "show_progress": "hidden"}
 
     def tick(run_id: Optional[str], last: Any, request: gr.Request = None) -> tuple:
-        out = poll(run_id, last)
         session = request.session_hash if request is not None else None
-        return PollOut().values() if shown.stale(session, run_id) else out  # the page shows another run now
+        if shown.stale(session, run_id):  # the page shows another run now: no reading, no drawing
+            return PollOut().values()
+        out = poll(run_id, last)
+        return PollOut().values() if shown.stale(session, run_id) else out  # changed while this tick read
 
     def show_run(run_id: Optional[str], last: Any, request: gr.Request = None) -> tuple:
         out = poll(run_id, last)  # a refused run id (an error shown to the page) is not the run it shows

@@ -26,8 +26,8 @@ import pandas as pd
 from lab.engine.store import LIVE_STATES
 from lab.views.compare_figures import finals_view, groups_view, page_curves, params_png, stability_view
 from lab.views.curve_figures import Mark
-from lab.views.compare_frames import (GROUP_COLS, Selection, choices, curve_series, map_measure, metric_list, only, read_selection,
-                                      run_table)
+from lab.views.compare_frames import (GROUP_COLS, Selection, choices, curve_series, map_measure, metric_list, only,
+                                      read_selection, run_table)
 from ui.common import AppContext
 
 LIVE_POLL_S = 2.0  # Compare's timer while a run it shows trains: each tick redraws what changed
