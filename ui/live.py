@@ -176,27 +176,35 @@ def live_frames(ctx: AppContext, run_id: str) -> tuple[pd.DataFrame, pd.DataFram
 
 
 class ShownRuns:
-    """The run each page shows, by Gradio session, as its last "Run shown" change said (bounded, thread-safe).
+    """The run each page shows, by Gradio session, as its "Run shown" changes say (bounded, thread-safe).
     The timer's poll is unqueued and the change's is queued, so a tick asked for the run shown before can
     finish after the change to the next: its answer (the previous run's progress, picture and a stopped timer)
-    would be the page's last word. `stale` tells that tick to send nothing."""
+    would be the page's last word. A tick takes a `ticket` before it reads; `stale` says whether a change to
+    another run came in since. A caller that asks for any run in turn (the API) is never stale."""
 
     def __init__(self, size: int = 4096) -> None:
-        self._runs: OrderedDict[str, Optional[str]] = OrderedDict()
+        self._runs: OrderedDict[str, tuple[int, Optional[str]]] = OrderedDict()  # session -> (changes, run)
         self._size, self._lock = size, threading.Lock()
 
     def show(self, session: Optional[str], run_id: Optional[str]) -> None:
         if session:
             with self._lock:
-                self._runs[session] = run_id
+                changes = self._runs.get(session, (0, None))[0]
+                self._runs[session] = (changes + 1, run_id)
                 self._runs.move_to_end(session)
                 while len(self._runs) > self._size:
                     self._runs.popitem(last=False)
 
-    def stale(self, session: Optional[str], run_id: Optional[str]) -> bool:
-        """Whether the page has since changed to another run than `run_id`."""
+    def ticket(self, session: Optional[str]) -> int:
+        """How many changes the page had made when a tick began."""
         with self._lock:
-            return bool(session) and session in self._runs and self._runs[session] != run_id
+            return self._runs.get(session, (0, None))[0] if session else 0
+
+    def stale(self, session: Optional[str], run_id: Optional[str], ticket: int) -> bool:
+        """Whether the page changed to another run than `run_id` after the tick took `ticket`."""
+        with self._lock:
+            changes, shown = self._runs.get(session, (0, None)) if session else (0, None)
+            return changes != ticket and shown != run_id
 
 
 class SnapshotPictures:

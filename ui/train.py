@@ -134,10 +134,9 @@ def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button])
 
     def tick(run_id: Optional[str], last: Any, request: gr.Request = None) -> tuple:
         session = request.session_hash if request is not None else None
-        if shown.stale(session, run_id):  # the page shows another run now: no reading, no drawing
-            return PollOut().values()
+        ticket = shown.ticket(session)
         out = poll(run_id, last)
-        return PollOut().values() if shown.stale(session, run_id) else out  # changed while this tick read
+        return PollOut().values() if shown.stale(session, run_id, ticket) else out  # changed while it read
 
     def show_run(run_id: Optional[str], last: Any, request: gr.Request = None) -> tuple:
         out = poll(run_id, last)  # a refused run id (an error shown to the page) is not the run it shows

@@ -63,6 +63,14 @@ class Openings:
         with self._lock:
             return shown.get("opened") in self._replaced
 
+    def renewed(self, shown: dict) -> dict:
+        """What a redraw for a replaced record sends: no view, only a fresh, empty record. A redraw that passed
+        its last check just before an opening can still store its record after the opening's; a page holding
+        that replaced record would otherwise get nothing from any later redraw (the runs shown before stayed
+        under the new runs' note). With the empty record, the next redraw draws every view for the page's
+        controls as they are then."""
+        return {"shown": {"selection": "", "opened": self.open(shown)}}
+
 
 OPENINGS = Openings()
 
@@ -119,10 +127,10 @@ def draw(ctx: AppContext, c: Controls, sel: Selection, redraw: dict[str, bool], 
 
 def render(ctx: AppContext, c: Controls, shown: dict,
            note: Optional[Callable[[list[str]], tuple[str, tuple[Mark, ...]]]] = None) -> dict:
-    """The views (by output name) that differ from `shown`, plus the new `shown` under "shown"; nothing for a
-    page record another opening has replaced (`Openings`: checked before the work and again after it)."""
+    """The views (by output name) that differ from `shown`, plus the new `shown` under "shown"; for a page
+    record another opening has replaced, no view (`Openings`: checked before the work and again after it)."""
     if OPENINGS.replaced(shown):
-        return {}
+        return OPENINGS.renewed(shown)
     listing = ctx.store.list()  # read before any metrics: a run that ends later is redrawn by the next tick
     indexed, listed = listing.set_index("run_id"), only(listing, c.filters)
     states = {r: (indexed.loc[r, "state"], _key(indexed.loc[r].get("step"))) for r in c.run_ids if r in indexed.index}
@@ -160,6 +168,6 @@ def render(ctx: AppContext, c: Controls, shown: dict,
     if changed("timer", _key(timer)):
         out["timer"] = gr.update(**timer)  # explicit: a Timer(active=True) equals its default, sent as nothing
     out["shown"] = new
-    if OPENINGS.replaced(shown):  # drawn for runs another opening has replaced on the page: nothing to send
-        return {}
+    if OPENINGS.replaced(shown):  # drawn for runs another opening has replaced on the page: no view to send
+        return OPENINGS.renewed(shown)
     return out
