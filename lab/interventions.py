@@ -30,7 +30,8 @@ import torch
 from torch import Tensor, nn
 
 from lab.fields import ConfigError
-from lab.model import Block, Transformer
+from lab.hooks import HookFn, HookPoint, hooks_on
+from lab.model import Transformer
 from lab.records import CROSS, DEC_SELF, ENC_SELF, AttentionKind
 from lab.recurrent import RecurrentLM
 
@@ -190,53 +191,70 @@ def _attn(model: Transformer, kind: AttentionKind, layer: int) -> nn.Module:
 
 @torch.no_grad()
 def head_means(model: Transformer, batches: list) -> dict[tuple[AttentionKind, int], Tensor]:
-    """(kind, layer) -> (d_model,) mean over every sample and position of the concatenated head outputs
-    (the output projection's input) of the intact model on `batches`: what mean ablation puts in."""
+    """(kind, layer) -> (n_heads * d_head,) mean over every sample and position of the heads' outputs
+    (hook_z, heads side by side) of the intact model on `batches`: what mean ablation puts in."""
     sums: dict[tuple[AttentionKind, int], Tensor] = {}
     counts: dict[tuple[AttentionKind, int], int] = {}
-    handles = []
     kinds = [DEC_SELF] + ([ENC_SELF, CROSS] if model.encoder is not None else [])
+    hooks = []
     for kind in kinds:
         for layer in range(model.cfg.n_layers):
-            def grab(mod, args, key=(kind, layer)):
-                y = args[0].reshape(-1, args[0].shape[-1])  # (B*T, d)
-                sums[key] = sums.get(key, 0) + y.sum(0)
-                counts[key] = counts.get(key, 0) + y.shape[0]
-            handles.append(_attn(model, kind, layer).out_proj.register_forward_pre_hook(grab))
-    try:
+            def grab(z: Tensor, hook: HookPoint, key: tuple[AttentionKind, int] = (kind, layer)) -> None:
+                flat = z.reshape(-1, z.shape[-2] * z.shape[-1])  # (B T, H dh)
+                sums[key] = sums.get(key, 0) + flat.sum(0)
+                counts[key] = counts.get(key, 0) + flat.shape[0]
+            hooks.append((_attn(model, kind, layer).hook_z.name, grab))
+    with hooks_on(model.hook_dict, hooks):
         for b in batches:
             model(b.inp, b.src)
-    finally:
-        for h in handles:
-            h.remove()
     return {k: sums[k] / counts[k] for k in sums}
 
 
-def _knockout_hook(heads: list[int], d_head: int, mean: Optional[Tensor]):
-    def hook(mod, args):
-        y = args[0]
-        B, T, d = y.shape
-        y = y.reshape(B, T, d // d_head, d_head).clone()  # (B, T, H, dh)
+def _knockout(heads: list[int], mean: Optional[Tensor]) -> HookFn:
+    """A hook_z function: the heads' outputs (B, T, H, dh) replaced by zeros, or by their means."""
+    def put(z: Tensor, hook: HookPoint) -> Tensor:
+        z = z.clone()
         for h in heads:
-            y[:, :, h] = 0.0 if mean is None else mean.view(-1, d_head)[h]
-        return (y.reshape(B, T, d),)  # (B, T, d)
-    return hook
+            z[:, :, h] = 0.0 if mean is None else mean.view(z.shape[2], -1)[h]
+        return z
+    return put
 
 
-def _skip_sublayer(module: nn.Module, norm: nn.Module, post: bool, handles: list) -> None:
-    """The sublayer adds nothing to the residual stream; with post-LN its norm passes the sum through."""
-    def zero(mod, args, out):
-        return (torch.zeros_like(out[0]), out[1]) if isinstance(out, tuple) else torch.zeros_like(out)
-    handles.append(module.register_forward_hook(zero))
-    if post:
-        handles.append(norm.register_forward_hook(lambda mod, args, out: args[0]))
+def _skipped(before: str, output: str, after: str) -> list[tuple[str, HookFn]]:
+    """Hook functions skipping a sublayer: its output (hook point `output`) reads zeros, and the stream after
+    it (`after`) is the stream before it (`before`), whatever the norm placement and residual setting."""
+    seen: list[Tensor] = []
+    return [(before, lambda x, hook: seen.append(x) and None), (output, lambda y, hook: torch.zeros_like(y)),
+            (after, lambda x, hook: seen.pop())]
 
 
-def _sublayers(block: Block) -> dict[str, tuple[nn.Module, nn.Module]]:
-    """name -> (module, its norm), in the block's order (norms: self, cross, ff)."""
-    mods = [("attn", block.self_attn)] + ([("cross", block.cross_attn)] if block.cross_attn is not None else [])
-    mods += [("ff", block.ff)] if block.ff is not None else []
-    return {name: (mod, norm) for (name, mod), norm in zip(mods, block.norms)}
+def _sublayers(model: Transformer, ref: LayerRef) -> dict[str, tuple[str, str, str]]:
+    """name -> the hook points (stream before, sublayer output, stream after) of each sublayer of a block."""
+    block = _blocks(model, ref.stack)[ref.layer]
+    at = f"{'encoder' if ref.stack == 'enc' else 'blocks'}.{ref.layer}."
+    out = {"attn": (at + "hook_resid_pre", at + "hook_attn_out", at + "hook_resid_mid")}
+    last = at + "hook_resid_mid"
+    if block.cross_attn is not None:
+        out["cross"] = (last, at + "hook_cross_attn_out", at + "hook_resid_mid_cross")
+        last = at + "hook_resid_mid_cross"
+    if block.ff is not None:
+        out["ff"] = (last, at + "hook_mlp_out", at + "hook_resid_post")
+    return out
+
+
+def _spec_hooks(model: Transformer, spec: Interventions,
+                means: Optional[dict[tuple[AttentionKind, int], Tensor]]) -> list[tuple[str, HookFn]]:
+    """`spec`'s heads and skipped sublayers as hook functions on the model's hook points."""
+    by_site: dict[tuple[AttentionKind, int], list[int]] = {}
+    for h in spec.heads:
+        by_site.setdefault((h.kind, h.layer), []).append(h.head)
+    hooks = [(_attn(model, kind, layer).hook_z.name, _knockout(heads, None if spec.mode == "zero" else means[(kind, layer)]))
+             for (kind, layer), heads in by_site.items()]
+    for refs, names in ((spec.skip_attn, ("attn",)), (spec.skip_ff, ("ff",)), (spec.skip_block, ("attn", "cross", "ff"))):
+        for r in refs:
+            subs = _sublayers(model, r)
+            hooks += [fn for name in names if name in subs for fn in _skipped(*subs[name])]
+    return hooks
 
 
 @contextlib.contextmanager
@@ -254,30 +272,13 @@ def applied(model: Transformer, spec: Interventions,
         finally:
             model.skipped = frozenset()
         return
-    handles: list = []
     patched: list[str] = []
-    post = model.cfg.norm == "post"
     try:
-        by_site: dict[tuple[AttentionKind, int], list[int]] = {}
-        for h in spec.heads:
-            by_site.setdefault((h.kind, h.layer), []).append(h.head)
-        for (kind, layer), heads in by_site.items():
-            mean = None if spec.mode == "zero" else means[(kind, layer)]
-            out_proj = _attn(model, kind, layer).out_proj
-            handles.append(out_proj.register_forward_pre_hook(_knockout_hook(heads, model.cfg.d_head, mean)))
-        for refs, names in ((spec.skip_attn, ("attn",)), (spec.skip_ff, ("ff",)),
-                            (spec.skip_block, ("attn", "cross", "ff"))):
-            for r in refs:
-                subs = _sublayers(_blocks(model, r.stack)[r.layer])
-                for name in names:
-                    if name in subs:
-                        _skip_sublayer(*subs[name], post, handles)
-        if spec.positional != "intact":
-            patched = _patch_positional(model, spec.positional, spec.shuffle_seed)
-        yield model
+        with hooks_on(model.hook_dict, _spec_hooks(model, spec, means)):
+            if spec.positional != "intact":
+                patched = _patch_positional(model, spec.positional, spec.shuffle_seed)
+            yield model
     finally:
-        for h in handles:
-            h.remove()
         for name in patched:
             delattr(model.pos, name)  # back to the class's own method
 

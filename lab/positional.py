@@ -31,6 +31,7 @@ class PositionalEncoding(nn.Module):
     """Base class: every hook is a no-op. Also the "none" (NoPE) encoding."""
 
     name = "none"
+    adds_vectors = False  # whether `embed` adds a vector per position (TransformerLens's hook_pos_embed)
     explanation = "No positional information: attention is permutation-invariant except for the causal mask."
     # Why the PCA view has no table to project (None where a table exists).
     table_note: Optional[str] = (
@@ -71,6 +72,7 @@ class Sinusoidal(PositionalEncoding):
     """
 
     name = "sinusoidal"
+    adds_vectors = True
     explanation = "A fixed sine/cosine table added to the embeddings; PE[p]·PE[p+k] depends on k only."
     table_note = None
 
@@ -104,6 +106,7 @@ class Learned(PositionalEncoding):
     """
 
     name = "learned"
+    adds_vectors = True
     explanation = "One trained vector per position, added to the embeddings; limited to n_ctx positions."
     table_note = None
 

@@ -1,161 +1,153 @@
 """TransformerLens's habits on this lab's one model class: `run_with_cache` returns the logits and an
-`ActivationCache` of the decoder's activations, `hooked` runs the model with hook functions that read or
-replace them (`fwd_hooks`, for activation patching), and `interventions` turns the keywords of `Run.hooks`
-into the lab's intervention spec (lab/interventions.py). Every hook is put on for a `with` block (or one
-forward pass) and taken off after it, however it ends.
-
-Hook points, TransformerLens's names and shapes (batch first; L counts layers from 0):
-  blocks.{L}.hook_resid_pre    (B, T, d_model)   the residual stream entering block L (embedding + positions at 0)
-  blocks.{L}.attn.hook_z       (B, T, n_heads, d_head)  each head's output, before the output projection
-  blocks.{L}.hook_attn_out     (B, T, d_model)   the attention sublayer's output
-  blocks.{L}.hook_mlp_out      (B, T, d_model)   the feed-forward sublayer's output (models with d_ff > 0)
-  blocks.{L}.hook_resid_post   (B, T, d_model)   the stream leaving block L
-  ln_final.hook_normalized     (B, T, d_model)   what the unembedding reads (the final norm's output)
-The cache also holds blocks.{L}.attn.hook_pattern (B, n_heads, query, key), read-only, and for an
-encoder-decoder encoder.{L}.attn.hook_pattern and blocks.{L}.cross_attn.hook_pattern.
-`cache["pattern", L]`, `cache["z", L]`, `cache["resid_post", L]`... are short for them, as in TransformerLens.
+`ActivationCache` of every hook point's activation, `run_with_hooks` runs the model with hook functions that
+read or replace them (`fwd_hooks`, for activation patching), both on a batch of token sequences, and
+`interventions` turns the keywords of `Run.hooks` into the lab's intervention spec (lab/interventions.py).
+The hook points are the model's own (lab/hooks.py, `Transformer.hook_dict`), at TransformerLens's names and
+shapes (batch first; L counts layers from 0):
+  hook_embed, hook_pos_embed                (B, T, d_model)  token embedding; vector added per position
+  blocks.{L}.hook_resid_pre/mid/post        (B, T, d_model)  the residual stream entering, after attention, leaving
+  blocks.{L}.ln1/ln2.hook_scale             (B, T, 1)        the norm's divisor
+  blocks.{L}.ln1/ln2.hook_normalized        (B, T, d_model)  the normalised stream, before the gain and bias
+  blocks.{L}.attn.hook_q/k/v, hook_z        (B, T, n_heads, d_head)  (hook_rot_q/k: after the rotation, RoPE)
+  blocks.{L}.attn.hook_attn_scores          (B, n_heads, query, key) scaled, with -inf where masked
+  blocks.{L}.attn.hook_pattern              (B, n_heads, query, key) the softmax of the scores
+  blocks.{L}.attn.hook_result               (B, T, n_heads, d_model) each head's output through its W_O
+  blocks.{L}.hook_attn_out, hook_mlp_out    (B, T, d_model)  the sublayers' outputs
+  blocks.{L}.mlp.hook_pre/post              (B, T, d_mlp)    before and after the activation
+  ln_final.hook_scale/hook_normalized       the final norm (pre-LN models)
+An encoder-decoder adds encoder.{L}.* and encoder.ln_final.* for its encoder, encoder.hook_embed, and
+blocks.{L}.cross_attn.*, blocks.{L}.ln_cross.*, blocks.{L}.hook_cross_attn_out and hook_resid_mid_cross.
+`cache["pattern", L]`, `cache["z", L]`, `cache["resid_post", L]`, `cache["embed"]`... are short for them,
+as in TransformerLens.
 """
 from __future__ import annotations
 
 import contextlib
-import re
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence, Union
 
+import numpy as np
 import torch
-from torch import nn
 
 from lab.config import ConfigError
+from lab.hooks import HookFn, HookPoint, hooks_on
 from lab.interventions import (MODES, POSITIONAL, HeadRef, Interventions, LayerRef, parse_heads,
                                parse_layers)
 from lab.model import Transformer
-from lab.records import CROSS, DEC_SELF, ENC_SELF, AttentionKind
+from lab.records import DEC_SELF
 from lab.tasks.batches import Batch
 
-SHORT = {"pattern": "blocks.{}.attn.hook_pattern", "resid_pre": "blocks.{}.hook_resid_pre",
-         "z": "blocks.{}.attn.hook_z", "attn_out": "blocks.{}.hook_attn_out", "mlp_out": "blocks.{}.hook_mlp_out",
-         "resid_post": "blocks.{}.hook_resid_post", "cross_pattern": "blocks.{}.cross_attn.hook_pattern",
+__all__ = ["ActivationCache", "HookFn", "HookPoint", "hooked", "run_with_cache", "run_with_hooks", "interventions"]
+
+IN_ATTN = ("q", "k", "v", "rot_q", "rot_k", "attn_scores", "pattern", "z", "result")
+IN_MLP = ("pre", "post", "pre_linear")
+IN_BLOCK = ("resid_pre", "resid_mid", "resid_post", "attn_out", "mlp_out")
+SHORT = {**{n: f"blocks.{{}}.attn.hook_{n}" for n in IN_ATTN}, **{n: f"blocks.{{}}.mlp.hook_{n}" for n in IN_MLP},
+         **{n: f"blocks.{{}}.hook_{n}" for n in IN_BLOCK}, "cross_pattern": "blocks.{}.cross_attn.hook_pattern",
          "enc_pattern": "encoder.{}.attn.hook_pattern"}
-HookFn = Callable[[torch.Tensor, "HookPoint"], Optional[torch.Tensor]]
-
-
-class HookPoint(NamedTuple):
-    """What a hook function gets beside the activation (TransformerLens's `hook`): its name and layer."""
-
-    name: str
-    layer: Optional[int]
+Tokens = Union[Batch, torch.Tensor, np.ndarray, Sequence[Sequence[int]]]
+NamesFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
 
 
 class ActivationCache(dict):
-    """Activations of one forward pass by name (a dict of tensors, batch first), with TransformerLens's
-    shorthand: `cache["pattern", 1]` is `cache["blocks.1.attn.hook_pattern"]`; a negative layer counts from
-    the last."""
+    """Activations of one forward pass by name (a dict of tensors, batch first, in the order the forward
+    pass made them), with TransformerLens's shorthand: `cache["pattern", 1]` is
+    `cache["blocks.1.attn.hook_pattern"]` (a negative layer counts from the last), `cache["scale", 0, "ln1"]`
+    is `cache["blocks.0.ln1.hook_scale"]`, and `cache["embed"]` is `cache["hook_embed"]`."""
 
     def __init__(self, tensors: dict[str, torch.Tensor], n_layers: int) -> None:
         super().__init__(tensors)
         self.n_layers = n_layers
 
     def __getitem__(self, key: Any) -> torch.Tensor:
-        if isinstance(key, tuple):
-            if len(key) != 2 or key[0] not in SHORT or not isinstance(key[1], int):
-                raise KeyError(f"{key!r}: use (name, layer) with name one of {', '.join(SHORT)}")
-            if not -self.n_layers <= key[1] < self.n_layers:
-                raise KeyError(f"{key!r}: layer {key[1]} is out of range (this model has layers 0-{self.n_layers - 1})")
-            key = SHORT[key[0]].format(key[1] % self.n_layers)
+        if isinstance(key, str) and key not in self and f"hook_{key}" in self:
+            key = f"hook_{key}"
+        elif isinstance(key, tuple):
+            key = self._full_name(key)
         return super().__getitem__(key)
 
-
-def _sites(model: Transformer) -> dict[str, tuple[nn.Module, str, Optional[int]]]:
-    """Hook point -> (module, how its activation is reached, layer)."""
-    out: dict[str, tuple[nn.Module, str, Optional[int]]] = {}
-    for i, block in enumerate(model.decoder):
-        out[f"blocks.{i}.hook_resid_pre"] = (block, "input", i)
-        out[f"blocks.{i}.attn.hook_z"] = (block.self_attn.out_proj, "z", i)
-        out[f"blocks.{i}.hook_attn_out"] = (block.self_attn, "first output", i)
-        if block.ff is not None:
-            out[f"blocks.{i}.hook_mlp_out"] = (block.ff, "output", i)
-        out[f"blocks.{i}.hook_resid_post"] = (block, "first output", i)
-    out["ln_final.hook_normalized"] = (model.dec_norm, "output", None)
-    return out
+    def _full_name(self, key: tuple) -> str:
+        if len(key) not in (2, 3) or not isinstance(key[1], int) or (len(key) == 2 and key[0] not in SHORT):
+            raise KeyError(f"{key!r}: use (name, layer) with name one of {', '.join(SHORT)}, or (name, layer, "
+                           "sublayer) like ('scale', 0, 'ln1')")
+        if not -self.n_layers <= key[1] < self.n_layers:
+            raise KeyError(f"{key!r}: layer {key[1]} is out of range (this model has layers 0-{self.n_layers - 1})")
+        layer = key[1] % self.n_layers
+        return SHORT[key[0]].format(layer) if len(key) == 2 else f"blocks.{layer}.{key[2]}.hook_{key[0]}"
 
 
-def _handle(module: nn.Module, how: str, fn: HookFn, point: HookPoint, heads: int) -> Any:
-    """Put `fn` on `module` so that it sees the activation and may return its replacement (None keeps it)."""
-    if how == "input":
-        return module.register_forward_pre_hook(
-            lambda mod, args: None if (new := fn(args[0], point)) is None else (new, *args[1:]))
-    if how == "z":  # the heads' outputs concatenated: shown per head, (B, T, H, d_head)
-        def z_hook(mod: nn.Module, args: tuple) -> Optional[tuple]:
-            flat = args[0]
-            new = fn(flat.unflatten(-1, (heads, -1)), point)
-            return None if new is None else (new.flatten(-2), *args[1:])
-        return module.register_forward_pre_hook(z_hook)
-    if how == "first output":
-        return module.register_forward_hook(
-            lambda mod, args, out: None if (new := fn(out[0], point)) is None else (new, *out[1:]))
-    return module.register_forward_hook(lambda mod, args, out: fn(out, point))
+def _inputs(model: Transformer, tokens: Tokens, src: Optional[torch.Tensor]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """(decoder input, encoder input) as (B, T) token ids: a Batch's, or `tokens` ([T] or [B, T])."""
+    if isinstance(tokens, Batch):
+        return tokens.inp, tokens.src
+    t = torch.as_tensor(np.asarray(tokens) if not isinstance(tokens, torch.Tensor) else tokens)
+    t = t[None] if t.dim() == 1 else t
+    if t.dim() != 2 or t.dtype.is_floating_point or t.dtype == torch.bool:
+        raise ValueError(f"tokens: expected integer token ids shaped [batch, pos], got {tuple(t.shape)} {t.dtype}")
+    if t.numel() and not 0 <= int(t.min()) <= int(t.max()) < model.vocab_size:
+        raise ValueError(f"tokens: ids must lie in 0..{model.vocab_size - 1} (this model's vocabulary), got "
+                         f"{int(t.min())}..{int(t.max())}")
+    if model.encoder is not None and src is None:
+        raise ValueError("src: an encoder-decoder model reads two sequences: pass the encoder's tokens as src "
+                         "(or a Batch, e.g. run.probe(text).batch)")
+    return t.long(), None if src is None else _inputs_src(src)
+
+
+def _inputs_src(src: Any) -> torch.Tensor:
+    s = torch.as_tensor(src)
+    return (s[None] if s.dim() == 1 else s).long()
+
+
+def _filter(names_filter: NamesFilter) -> Callable[[str], bool]:
+    if names_filter is None:
+        return lambda name: True
+    if isinstance(names_filter, str):
+        return lambda name: name == names_filter
+    if callable(names_filter):
+        return names_filter
+    wanted = set(names_filter)
+    return lambda name: name in wanted
+
+
+def _points(model: Any) -> dict[str, HookPoint]:
+    if not isinstance(model, Transformer):
+        raise ValueError("hooks: a recurrent run (lstm, gru) has no hook points")
+    return model.hook_dict
 
 
 @contextlib.contextmanager
 def hooked(model: Transformer, fwd_hooks: Sequence[tuple[str, HookFn]]) -> Iterator[Transformer]:
     """`model` with each (hook point name, function) of `fwd_hooks` on, for the block's duration. A function
     gets (activation, HookPoint) and returns the activation's replacement, or None to leave it as it is."""
-    if not isinstance(model, Transformer):
-        raise ValueError("hooks: a recurrent run (lstm, gru) has no hook points")
-    sites = _sites(model)
-    handles = []
-    try:
-        for name, fn in fwd_hooks:
-            if name not in sites:
-                why = " (patterns are read from the cache, not replaced)" if name.endswith("hook_pattern") else ""
-                raise KeyError(f"{name!r} is not a hook point of this model{why}; allowed: "
-                               f"{', '.join(n for n in sites if n.startswith(('blocks.0.', 'ln_')))}"
-                               + (f" and the same for layers 1-{model.cfg.n_layers - 1}" if model.cfg.n_layers > 1
-                                  else ""))
-            module, how, layer = sites[name]
-            handles.append(_handle(module, how, fn, HookPoint(name, layer), model.cfg.n_heads))
+    with hooks_on(_points(model), list(fwd_hooks)):
         yield model
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @torch.no_grad()
-def run_with_cache(model: Transformer, batch: Batch,
-                   fwd_hooks: Sequence[tuple[str, HookFn]] = ()) -> tuple[torch.Tensor, ActivationCache]:
-    """(logits (B, T, vocab), ActivationCache) of `model` on `batch`, with interventions and `fwd_hooks`
-    applied; the cache holds each activation as the model used it (after the hooks' replacements)."""
-    if not isinstance(model, Transformer):
-        raise ValueError("run_with_cache: a recurrent run (lstm, gru) has no attention or residual stream")
+def run_with_cache(model: Transformer, tokens: Tokens, fwd_hooks: Sequence[tuple[str, HookFn]] = (),
+                   names_filter: NamesFilter = None, src: Any = None) -> tuple[torch.Tensor, ActivationCache]:
+    """(logits (B, T, vocab), ActivationCache) of `model` on `tokens` (a Batch, or token ids [B, T]; an
+    encoder-decoder also takes `src`), with `fwd_hooks` applied; the cache holds the activations whose names
+    pass `names_filter` (a name, names, or a function of the name), each as the model used it (after the
+    hooks' replacements)."""
+    points, wanted = _points(model), _filter(names_filter)
+    idx, source = _inputs(model, tokens, src)
     cache: dict[str, torch.Tensor] = {}
 
     def keep(x: torch.Tensor, point: HookPoint) -> None:
         cache[point.name] = x.detach().clone()
-    keepers = [(name, keep) for name in _sites(model)]
-    with hooked(model, list(fwd_hooks)), hooked(model, keepers):  # the keepers run last: they see replacements
-        out = model(batch.inp, batch.src, need_weights=True)
-    names: dict[AttentionKind, str] = {DEC_SELF: "blocks.{}.attn.hook_pattern", CROSS: "blocks.{}.cross_attn.hook_pattern",
-                                       ENC_SELF: "encoder.{}.attn.hook_pattern"}
-    for kind, stacked in out.attention.items():  # (layers, B, heads, Tq, Tk)
-        for layer in range(stacked.shape[0]):
-            cache[names[kind].format(layer)] = stacked[layer].float()
-    return out.logits, ActivationCache(dict(sorted(cache.items(), key=lambda kv: _order(kv[0]))),
-                                       model.cfg.n_layers)
+    keepers = [(name, keep) for name in points if wanted(name)]
+    with hooks_on(points, list(fwd_hooks)), hooks_on(points, keepers):  # the keepers run last: they see replacements
+        logits = model(idx, source).logits
+    return logits, ActivationCache(cache, model.cfg.n_layers)
 
 
 @torch.no_grad()
-def run_with_hooks(model: Transformer, batch: Batch, fwd_hooks: Sequence[tuple[str, HookFn]]) -> torch.Tensor:
+def run_with_hooks(model: Transformer, tokens: Tokens, fwd_hooks: Sequence[tuple[str, HookFn]] = (),
+                   src: Any = None) -> torch.Tensor:
     """The logits (B, T, vocab) of one forward pass with `fwd_hooks` on (TransformerLens's run_with_hooks)."""
+    idx, source = _inputs(model, tokens, src)
     with hooked(model, fwd_hooks):
-        return model(batch.inp, batch.src).logits
-
-
-def _order(name: str) -> tuple[int, int, int]:
-    """Encoder first, then layer by layer in the order a forward pass reaches them, the final norm last."""
-    m = re.search(r"\.(\d+)\.", name)
-    within = ("hook_resid_pre", ".attn.hook_pattern", ".attn.hook_z", "hook_attn_out", "cross_attn.hook_pattern",
-              "hook_mlp_out", "hook_resid_post")
-    return (0 if name.startswith("encoder") else 1 if m else 2, int(m.group(1)) if m else 0,
-            next((i for i, w in enumerate(within) if name.endswith(w)), 0))
+        return model(idx, source).logits
 
 
 def _heads(heads: Any) -> tuple[HeadRef, ...]:

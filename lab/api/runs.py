@@ -166,22 +166,42 @@ class Run:
                           temperature, seed)
         return tokens_text(self.config, tokens)
 
-    def run_with_cache(self, text: Optional[str] = None,
-                       fwd_hooks: Sequence[tuple[str, HookFn]] = ()) -> tuple[torch.Tensor, ActivationCache]:
-        """(logits, cache) of one forward pass on `probe(text)`, as TransformerLens's run_with_cache: logits
-        (1, T, vocab); the cache holds every hook point's activation and every attention pattern
-        (`ActivationCache`), after any `hooks` and `fwd_hooks` changed them."""
+    def _tokens(self, inputs: Any) -> Any:
+        """What `run_with_cache` and `run_with_hooks` run on: `probe(text)`'s batch for None or a string
+        (typed as in Inspect), the probes of several strings of one length as a batch, else token ids [B, T]."""
+        import torch
+
+        from lab.tasks.batches import Batch
+
+        if inputs is None or isinstance(inputs, str):
+            return self.probe(inputs).batch
+        if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(t, str) for t in inputs):
+            batches = [self.probe(t).batch for t in inputs]
+            if len({tuple(b.inp.shape) for b in batches}) > 1:
+                raise ValueError("text: the strings of one batch must make sequences of one length, got "
+                                 + ", ".join(str(b.inp.shape[1]) for b in batches) + " tokens")
+            src = None if batches[0].src is None else torch.cat([b.src for b in batches])
+            return Batch(torch.cat([b.inp for b in batches]), torch.cat([b.tgt for b in batches]), src)
+        return inputs
+
+    def run_with_cache(self, inputs: Any = None, fwd_hooks: Sequence[tuple[str, HookFn]] = (),
+                       names_filter: Any = None, src: Any = None) -> tuple[torch.Tensor, ActivationCache]:
+        """(logits, cache) of one forward pass, as TransformerLens's run_with_cache: on `probe(inputs)` for a
+        string (or None: the run's probe), several strings of one length, or token ids [batch, pos] (an
+        encoder-decoder also takes `src`); logits (B, T, vocab); the cache holds every hook point's activation
+        whose name passes `names_filter` (lab/api/cache.py), after any `hooks` and `fwd_hooks` changed them."""
         from lab.api.cache import run_with_cache
 
-        return run_with_cache(self.model, self.probe(text).batch, fwd_hooks)
+        return run_with_cache(self.model, self._tokens(inputs), fwd_hooks, names_filter, src)
 
-    def run_with_hooks(self, text: Optional[str] = None, fwd_hooks: Sequence[tuple[str, HookFn]] = ()) -> torch.Tensor:
-        """The logits (1, T, vocab) on `probe(text)` with hook functions on, as TransformerLens's: each
-        (hook point, function) of `fwd_hooks` gets (activation, hook) and returns its replacement or None;
-        hook points: lab/api/cache.py (`blocks.1.hook_resid_pre`, `blocks.0.attn.hook_z`, ...)."""
+    def run_with_hooks(self, inputs: Any = None, fwd_hooks: Sequence[tuple[str, HookFn]] = (),
+                       src: Any = None) -> torch.Tensor:
+        """The logits (B, T, vocab) with hook functions on, as TransformerLens's: each (hook point, function)
+        of `fwd_hooks` gets (activation, hook) and returns its replacement or None; `inputs` as in
+        `run_with_cache`; hook points: lab/api/cache.py (`blocks.1.hook_resid_pre`, `blocks.0.attn.hook_q`...)."""
         from lab.api.cache import run_with_hooks
 
-        return run_with_hooks(self.model, self.probe(text).batch, fwd_hooks)
+        return run_with_hooks(self.model, self._tokens(inputs), fwd_hooks, src)
 
     @contextlib.contextmanager
     def hooks(self, heads: Any = (), mode: str = "zero", skip_attn: Any = (), skip_ff: Any = (),

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lab.hooks import HookFn, HookPoint, hooks_on
 from lab.model import Transformer
 
 
@@ -47,24 +48,48 @@ def _logit_diff(logits: Tensor, a: int, b: int) -> Tensor:
     return logits[:, -1, a] - logits[:, -1, b]
 
 
+def _row_point(n_layers: int, row: int) -> str:
+    """The hook point of the residual stream's `row`: the input of block `row`, or the last block's output."""
+    return f"blocks.{row}.hook_resid_pre" if row < n_layers else f"blocks.{n_layers - 1}.hook_resid_post"
+
+
 @torch.no_grad()
 def capture(model: Transformer, tokens: Tensor) -> tuple[Tensor, list[Tensor], list[Tensor]]:
     """(logits, residual stream rows, head outputs) of one input (1, T): rows[l] (1, T, d) is the input of
-    block l and rows[n_layers] the last block's output; heads[l] (1, T, H * d_head) is layer l's
-    concatenated head outputs (the input of its output projection)."""
-    rows: list[Tensor] = []
-    heads: list[Tensor] = []
-    handles = [b.register_forward_pre_hook(lambda mod, args: rows.append(args[0].clone())) for b in model.decoder]
-    handles.append(model.decoder[-1].register_forward_hook(lambda mod, args, out: rows.append(
-        (out[0] if isinstance(out, tuple) else out).clone())))
-    handles += [b.self_attn.out_proj.register_forward_pre_hook(lambda mod, args: heads.append(args[0].clone()))
-                for b in model.decoder]
-    try:
+    block l and rows[n_layers] the last block's output; heads[l] (1, T, H * d_head) is layer l's head
+    outputs side by side (hook_z, the input of its output projection)."""
+    n = len(model.decoder)
+    rows: list[Tensor] = [torch.empty(0)] * (n + 1)
+    heads: list[Tensor] = [torch.empty(0)] * n
+
+    def keep(into: list[Tensor], i: int, flat: bool = False) -> HookFn:
+        def fn(x: Tensor, hook: HookPoint) -> None:
+            into[i] = (x.flatten(-2) if flat else x).clone()
+        return fn
+    hooks = [(_row_point(n, r), keep(rows, r)) for r in range(n + 1)]
+    hooks += [(f"blocks.{layer}.attn.hook_z", keep(heads, layer, flat=True)) for layer in range(n)]
+    with hooks_on(model.hook_dict, hooks):
         logits = model(tokens, None).logits
-    finally:
-        for h in handles:
-            h.remove()
     return logits, rows, heads
+
+
+def _put_rows(clean: Tensor, samples: Tensor, positions: Tensor) -> HookFn:
+    """A residual-stream hook: sample samples[i] gets the clean stream (1, T, d) at positions[i]."""
+    def put(x: Tensor, hook: HookPoint) -> Tensor:
+        x = x.clone()
+        x[samples, positions] = clean[0, positions]
+        return x
+    return put
+
+
+def _put_heads(clean: Tensor, samples: Tensor, heads: Tensor) -> HookFn:
+    """A hook_z hook: sample samples[i] gets head heads[i]'s clean output (clean: (1, T, H * d_head)) at
+    every position."""
+    def put(z: Tensor, hook: HookPoint) -> Tensor:
+        z = z.clone()  # (B, T, H, dh)
+        z[samples, :, heads] = clean.unflatten(-1, (z.shape[2], -1))[0, :, heads].transpose(0, 1)
+        return z
+    return put
 
 
 @torch.no_grad()
@@ -86,39 +111,18 @@ def patch(model: Transformer, clean: Tensor, corrupt: Tensor) -> Patching:
     def restored(logits: Tensor) -> np.ndarray:
         return ((_logit_diff(logits, a, b) - ld_corrupt) / (ld_clean - ld_corrupt)).numpy()
 
-    n_layers, t = len(model.decoder), clean.shape[1]
-    batch = corrupt.expand(t, -1)  # (T, T): sample i patches position i
+    n_layers, t, n_heads = len(model.decoder), clean.shape[1], model.cfg.n_heads
+    each_position, each_head = torch.arange(t), torch.arange(n_heads)
     residual = np.zeros((n_layers + 1, t))
-    for row in range(n_layers + 1):
-        def put(x: Tensor, row: int = row) -> Tensor:
-            x = x.clone()
-            idx = torch.arange(t)
-            x[idx, idx] = clean_rows[row][0, idx]  # sample i gets the clean stream at position i
-            return x
-        if row < n_layers:
-            h = model.decoder[row].register_forward_pre_hook(lambda mod, args: (put(args[0]), *args[1:]))
-        else:
-            h = model.decoder[-1].register_forward_hook(
-                lambda mod, args, out: (put(out[0]), *out[1:]) if isinstance(out, tuple) else put(out))
-        try:
-            residual[row] = restored(model(batch, None).logits)
-        finally:
-            h.remove()
-    n_heads, d_head = model.cfg.n_heads, model.cfg.d_head
+    for row in range(n_layers + 1):  # a batch of T samples: sample i patches position i
+        with hooks_on(model.hook_dict, [(_row_point(n_layers, row), _put_rows(clean_rows[row], each_position,
+                                                                              each_position))]):
+            residual[row] = restored(model(corrupt.expand(t, -1), None).logits)
     heads = np.zeros((n_layers, n_heads))
-    for layer in range(n_layers):
-        def put_head(z: Tensor, layer: int = layer) -> Tensor:
-            z = z.clone()  # (H, T, H * d_head): sample h patches head h at every position
-            for head in range(n_heads):
-                cols = slice(head * d_head, (head + 1) * d_head)
-                z[head, :, cols] = clean_heads[layer][0, :, cols]
-            return z
-        proj = model.decoder[layer].self_attn.out_proj
-        h = proj.register_forward_pre_hook(lambda mod, args: (put_head(args[0]), *args[1:]))
-        try:
+    for layer in range(n_layers):  # a batch of H samples: sample h patches head h at every position
+        with hooks_on(model.hook_dict, [(f"blocks.{layer}.attn.hook_z",
+                                         _put_heads(clean_heads[layer], each_head, each_head))]):
             heads[layer] = restored(model(corrupt.expand(n_heads, -1), None).logits)
-        finally:
-            h.remove()
     return Patching(a, b, ld_clean, ld_corrupt, residual, heads)
 
 
@@ -129,31 +133,15 @@ def patched(model: Transformer, corrupt: Tensor, clean_rows: list[Tensor], clean
     (1, T) with one activation of the clean run (`capture`'s rows and heads) put in: kind "residual" replaces
     the residual stream's row `index` at `positions`, kind "head" replaces the output of head `index` of
     layer positions[0] at every position. One patch, unbatched: what a click on a grid's cell shows."""
-    n_layers, d_head = len(model.decoder), model.cfg.d_head
+    n_layers = len(model.decoder)
     if kind == "head":
-        layer, cols = positions[0], slice(index * d_head, (index + 1) * d_head)
-
-        def put_head(z: Tensor) -> Tensor:
-            z = z.clone()
-            z[:, :, cols] = clean_heads[layer][:, :, cols]
-            return z
-        h = model.decoder[layer].self_attn.out_proj.register_forward_pre_hook(
-            lambda mod, args: (put_head(args[0]), *args[1:]))
+        layer = positions[0]
+        hook = (f"blocks.{layer}.attn.hook_z", _put_heads(clean_heads[layer], torch.tensor([0]), torch.tensor([index])))
     else:
         idx = torch.tensor(positions, dtype=torch.long)
-
-        def put(x: Tensor) -> Tensor:
-            x = x.clone()
-            x[:, idx] = clean_rows[index][:, idx]
-            return x
-        if index < n_layers:
-            h = model.decoder[index].register_forward_pre_hook(lambda mod, args: (put(args[0]), *args[1:]))
-        else:
-            h = model.decoder[-1].register_forward_hook(lambda mod, args, out: (put(out[0]), *out[1:]))
-    try:
+        hook = (_row_point(n_layers, index), _put_rows(clean_rows[index], torch.zeros_like(idx), idx))
+    with hooks_on(model.hook_dict, [hook]):
         return model(corrupt, None, need_weights=need_weights)
-    finally:
-        h.remove()
 
 
 def patch_residual(model: Transformer, corrupt: Tensor, clean_rows: list[Tensor], row: int,

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lab.hooks import HookPoint, hooks_on
 from lab.params import param_formula
 from lab.views.analysis import ProbeInput, attention, load_model, parse_probe, positional_view, sampled_probe
 from lab.config import RunConfig
@@ -66,22 +67,15 @@ def train_len(cfg: RunConfig) -> int:
 
 
 @contextmanager
-def captured(modules: dict[str, torch.nn.Module]) -> Iterator[dict[str, tuple[Tensor, Tensor]]]:
-    """name -> (input, output) of each module's forward calls, recorded while the block runs."""
-    seen: dict[str, tuple[Tensor, Tensor]] = {}
+def captured(model: Transformer, names: list[str]) -> Iterator[dict[str, Tensor]]:
+    """name -> the activation at each of the model's hook points `names` (lab/hooks.py), detached, recorded
+    while the block runs."""
+    seen: dict[str, Tensor] = {}
 
-    def hook(name: str):
-        def record(mod: torch.nn.Module, args: tuple, out) -> None:
-            out = out[0] if isinstance(out, tuple) else out  # a Block returns (x, patterns)
-            seen[name] = (args[0].detach(), out.detach())
-        return record
-
-    handles = [m.register_forward_hook(hook(n)) for n, m in modules.items()]
-    try:
+    def record(x: Tensor, hook: HookPoint) -> None:
+        seen[hook.name] = x.detach()
+    with hooks_on(model.hook_dict, [(n, record) for n in names]):
         yield seen
-    finally:
-        for h in handles:
-            h.remove()
 
 
 # ---- embedding -------------------------------------------------------------------------
@@ -149,12 +143,15 @@ class AttentionParts:
 
 def first_layer_attention(subject: Subject, probe: ProbeInput) -> AttentionParts:
     model, b = subject.model(), probe.batch
-    attn = model.decoder[0].self_attn
-    with torch.no_grad(), captured({"in": attn.in_proj}) as seen:
+    block = model.decoder[0]
+    attn = block.self_attn
+    points = ["blocks.0.hook_resid_pre"] + [f"blocks.0.attn.hook_{n}" for n in "qkv"]
+    with torch.no_grad(), captured(model, points) as seen:
         model(b.inp, b.src)
-    h, qkv = seen["in"]  # (1, T, d), (1, T, 3 H dk)
-    T, H = h.shape[1], attn.n_heads
-    q, k, v = (t.view(1, T, H, attn.d_head).transpose(1, 2) for t in qkv.split(attn.inner, dim=2))  # (1, H, T, dk)
+        stream = seen["blocks.0.hook_resid_pre"]  # (1, T, d)
+        h = block.ln1(stream) if block.norm == "pre" else stream  # what the attention reads
+    T = h.shape[1]
+    q, k, v = (seen[f"blocks.0.attn.hook_{n}"].transpose(1, 2) for n in "qkv")  # (1, T, H, dk) -> (1, H, T, dk)
     if attn.q_norm is not None:  # QK-norm: as the model does, before any rotation
         q, k = attn.q_norm(q), attn.k_norm(k)
     q, k = model.pos.rotate(q, k)
@@ -259,11 +256,11 @@ def norm_placement(cfg: RunConfig) -> NormPlacement:
 
 
 def _layer_grads(model: Transformer, b: Batch) -> tuple[np.ndarray, np.ndarray]:
-    blocks = {str(i): blk for i, blk in enumerate(model.decoder)}
-    with captured(blocks) as seen:
+    n = len(model.decoder)
+    with captured(model, ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_resid_post" for i in range(n)]) as seen:
         model(b.inp, b.src, targets=b.tgt).loss.backward()
-    rms = [float(seen["0"][0].pow(2).mean().sqrt())]
-    rms += [float(seen[str(i)][1].pow(2).mean().sqrt()) for i in range(len(blocks))]
+    rms = [float(seen["blocks.0.hook_resid_pre"].pow(2).mean().sqrt())]
+    rms += [float(seen[f"blocks.{i}.hook_resid_post"].pow(2).mean().sqrt()) for i in range(n)]
     norms = [math.sqrt(sum(float(p.grad.pow(2).sum()) for p in blk.parameters() if p.dim() == 2 and p.grad is not None))
              for blk in model.decoder]
     return np.array(norms), np.array(rms)
@@ -278,13 +275,10 @@ def ff_units(subject: Subject, probe: ProbeInput) -> Optional[tuple[np.ndarray, 
     ff = model.decoder[0].ff
     if ff is None:
         return None
-    with captured({"fc1": ff.fc1}) as seen:
+    with captured(model, ["blocks.0.mlp.hook_pre", "blocks.0.mlp.hook_post"]) as seen:
         model(b.inp, b.src)
-    z = seen["fc1"][1][0]  # (T, d_ff), or (T, 2 hidden) gated
-    if ff.gated:
-        gate, value = z.chunk(2, dim=-1)  # 2 x (T, hidden)
-        return gate.double().numpy(), (ff.act(gate) * value).double().numpy()
-    return z.double().numpy(), ff.act(z).double().numpy()
+    # (T, hidden) each: the activation's input (gated: the gate) and what the second projection reads
+    return seen["blocks.0.mlp.hook_pre"][0].double().numpy(), seen["blocks.0.mlp.hook_post"][0].double().numpy()
 
 
 # ---- heads, cross-attention, output ------------------------------------------------------

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from lab.config import ConfigError, RunConfig
+from lab.hooks import hooks_on
 from lab.interventions import HeadRef, Interventions, applied, head_means, head_name
 from lab.model import Transformer
 from lab.tasks.batches import IGNORE_INDEX, Batch, eval_batches, get_task
@@ -298,13 +299,9 @@ def logit_lens(model: Transformer, cfg: RunConfig, batch: Batch) -> Lens:
     through the final norm and the head."""
     task = get_task(cfg.task.name)
     streams: list[torch.Tensor] = []
-    first = model.decoder[0].register_forward_pre_hook(lambda mod, args: streams.append(args[0][:1]))
-    rest = [b.register_forward_hook(lambda mod, args, out: streams.append(out[0][:1])) for b in model.decoder]
-    try:
+    points = ["blocks.0.hook_resid_pre"] + [f"blocks.{i}.hook_resid_post" for i in range(len(model.decoder))]
+    with hooks_on(model.hook_dict, [(p, lambda x, hook: streams.append(x[:1])) for p in points]):
         model(batch.inp[:1], None if batch.src is None else batch.src[:1])
-    finally:
-        for h in [first, *rest]:
-            h.remove()
     probs = torch.stack([model.head(model.dec_norm(s))[0].softmax(-1) for s in streams])  # (L + 1, T, vocab)
     top_prob, top = probs.max(-1)  # (L + 1, T)
     tgt = batch.tgt[0]
