@@ -48,15 +48,35 @@ Tokens = Union[Batch, torch.Tensor, np.ndarray, Sequence[Sequence[int]]]
 NamesFilter = Union[None, str, Sequence[str], Callable[[str], bool]]
 
 
+PosSlice = Union[None, int, slice, Sequence[int], torch.Tensor]
+
+
+def _at(x: torch.Tensor, pos_slice: PosSlice, dim: int) -> torch.Tensor:
+    """TransformerLens's Slice: None keeps every position, an int picks one (dropping the dimension), a slice
+    or a list of positions picks those."""
+    if pos_slice is None:
+        return x
+    if isinstance(pos_slice, int):
+        return x.select(dim, pos_slice)
+    if isinstance(pos_slice, slice):
+        return x[(slice(None),) * (dim % x.dim()) + (pos_slice,)]
+    return x.index_select(dim, torch.as_tensor(pos_slice, dtype=torch.long))
+
+
 class ActivationCache(dict):
     """Activations of one forward pass by name (a dict of tensors, batch first, in the order the forward
     pass made them), with TransformerLens's shorthand: `cache["pattern", 1]` is
     `cache["blocks.1.attn.hook_pattern"]` (a negative layer counts from the last), `cache["scale", 0, "ln1"]`
-    is `cache["blocks.0.ln1.hook_scale"]`, and `cache["embed"]` is `cache["hook_embed"]`."""
+    is `cache["blocks.0.ln1.hook_scale"]`, and `cache["embed"]` is `cache["hook_embed"]`; and its methods
+    that split the residual stream into parts (`accumulated_resid`, `decompose_resid`, `stack_head_results`),
+    put them through the final norm's cached scale (`apply_ln_to_stack`) and attribute logits to them
+    (`logit_attrs`), as TransformerLens 3.9's do. They need a pre-LN model: with post-LN the stream is
+    normalised after every sum, so it is not the sum of the parts."""
 
-    def __init__(self, tensors: dict[str, torch.Tensor], n_layers: int) -> None:
+    def __init__(self, tensors: dict[str, torch.Tensor], model: Transformer) -> None:
         super().__init__(tensors)
-        self.n_layers = n_layers
+        self.model = model
+        self.n_layers = model.cfg.n_layers
 
     def __getitem__(self, key: Any) -> torch.Tensor:
         if isinstance(key, str) and key not in self and f"hook_{key}" in self:
@@ -73,6 +93,127 @@ class ActivationCache(dict):
             raise KeyError(f"{key!r}: layer {key[1]} is out of range (this model has layers 0-{self.n_layers - 1})")
         layer = key[1] % self.n_layers
         return SHORT[key[0]].format(layer) if len(key) == 2 else f"blocks.{layer}.{key[2]}.hook_{key[0]}"
+
+    # ---- the residual stream in parts (pre-LN models) ---------------------------------------------------
+    def _pre_ln(self, what: str) -> None:
+        cfg = self.model.cfg
+        if cfg.norm == "post":
+            raise ValueError(f"{what}: this model is post-LN (Vaswani et al. 2017): each block normalises the "
+                             "stream after its sum, so the stream is not the sum of its parts and their "
+                             "attributions are not defined; a pre-LN run has them")
+        if cfg.arch != "decoder" or cfg.residual != "on":
+            raise ValueError(f"{what}: defined for decoder-only models with residual connections (this run: "
+                             f"arch {cfg.arch}, residual {cfg.residual})")
+
+    def _layer(self, layer: Optional[int]) -> int:
+        return self.n_layers if layer is None or layer == -1 else layer
+
+    def accumulated_resid(self, layer: Optional[int] = None, incl_mid: bool = False, apply_ln: bool = False,
+                          pos_slice: PosSlice = None, mlp_input: bool = False,
+                          return_labels: bool = False) -> Any:
+        """The residual stream entering each block up to `layer` (default: all, and the stream the
+        unembedding reads, "final_post"), with the stream after attention too (`incl_mid`): (components,
+        batch, pos, d_model), labels "0_pre", "0_mid", ..., "final_post". `apply_ln`: through the final norm,
+        recomputed for each component (the logit lens), or the cached scale of the norm at `layer`."""
+        self._pre_ln("accumulated_resid")
+        layer = self._layer(layer)
+        parts, labels = [], []
+        for i in range(layer + 1):
+            if i == self.n_layers:
+                parts.append(self["resid_post", self.n_layers - 1])
+                labels.append("final_post")
+                continue
+            parts.append(self["resid_pre", i])
+            labels.append(f"{i}_pre")
+            if (incl_mid and i < layer) or (mlp_input and i == layer):
+                parts.append(self["resid_mid", i])
+                labels.append(f"{i}_mid")
+        stack = torch.stack([_at(p, pos_slice, -2) for p in parts])
+        if apply_ln:
+            stack = (torch.stack([self.model.dec_norm(c) for c in stack]) if layer == self.n_layers
+                     else self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice))
+        return (stack, labels) if return_labels else stack
+
+    def decompose_resid(self, layer: Optional[int] = None, mlp_input: bool = False, mode: str = "all",
+                        apply_ln: bool = False, pos_slice: PosSlice = None, incl_embeds: bool = True,
+                        return_labels: bool = False) -> Any:
+        """The residual stream entering `layer` (default: what the unembedding reads) as the sum of its parts:
+        the embedding, the positions' vectors, and each earlier sublayer's output (`mode` "attn" or "mlp" for
+        one kind): (components, batch, pos, d_model), labels "embed", "pos_embed", "0_attn_out", ..."""
+        self._pre_ln("decompose_resid")
+        layer = self._layer(layer)
+        parts: list[torch.Tensor] = []
+        labels: list[str] = []
+        if incl_embeds:
+            for name, label in (("hook_embed", "embed"), ("hook_pos_embed", "pos_embed")):
+                if name in self:
+                    parts.append(self[name])
+                    labels.append(label)
+        with_mlp = mode != "attn" and self.model.cfg.d_ff > 0
+        for i in range(layer):
+            if mode != "mlp":
+                parts.append(self["attn_out", i])
+                labels.append(f"{i}_attn_out")
+            if with_mlp:
+                parts.append(self["mlp_out", i])
+                labels.append(f"{i}_mlp_out")
+        if mlp_input and mode != "mlp":
+            parts.append(self["attn_out", layer])
+            labels.append(f"{layer}_attn_out")
+        stack = torch.stack([_at(p, pos_slice, -2) for p in parts])
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, mlp_input, pos_slice)
+        return (stack, labels) if return_labels else stack
+
+    def stack_head_results(self, layer: int = -1, return_labels: bool = False, incl_remainder: bool = False,
+                           pos_slice: PosSlice = None, apply_ln: bool = False) -> Any:
+        """Each head's output (z through its slice of W_O) for the layers before `layer` (default: all):
+        (n_heads * layers, batch, pos, d_model), labels "L0H0", "L0H1", ...; `incl_remainder` adds the rest of
+        the stream (embeddings, biases, feed-forward layers) as one last component."""
+        self._pre_ln("stack_head_results")
+        layer = self._layer(layer)
+        parts, labels = [], []
+        for i in range(layer):
+            name = f"blocks.{i}.attn.hook_result"
+            result = self[name] if name in self else torch.einsum("...hd,hdm->...hm", self["z", i],
+                                                                  self.model.blocks[i].attn.W_O)
+            parts.append(_at(result, pos_slice, -3))  # (batch, pos, heads, d_model)
+            labels += [f"L{i}H{h}" for h in range(self.model.cfg.n_heads)]
+        stack = torch.cat(parts, dim=-2).movedim(-2, 0) if parts else torch.zeros(
+            0, *_at(self["hook_embed"], pos_slice, -2).shape)
+        if incl_remainder:
+            rest = _at(self["resid_post", layer - 1], pos_slice, -2) - stack.sum(0)
+            stack = torch.cat([stack, rest[None]])
+            labels.append("remainder")
+        if apply_ln:
+            stack = self.apply_ln_to_stack(stack, layer, False, pos_slice)
+        return (stack, labels) if return_labels else stack
+
+    def apply_ln_to_stack(self, residual_stack: torch.Tensor, layer: Optional[int] = None,
+                          mlp_input: bool = False, pos_slice: PosSlice = None) -> torch.Tensor:
+        """Each component centred (LayerNorm) and divided by the cached scale of the norm that reads the
+        stream at `layer` (default: the final norm; `mlp_input`: the block's second norm), as TransformerLens
+        does: the norm's gain and bias are left out, so the components still add up."""
+        self._pre_ln("apply_ln_to_stack")
+        cfg, layer = self.model.cfg, self._layer(layer)
+        if cfg.norm == "none":
+            return residual_stack
+        if cfg.norm_type == "layernorm":
+            residual_stack = residual_stack - residual_stack.mean(-1, keepdim=True)
+        name = "ln_final.hook_scale" if layer == self.n_layers else f"blocks.{layer}.ln{2 if mlp_input else 1}.hook_scale"
+        return residual_stack / _at(self[name], pos_slice, -2)
+
+    def logit_attrs(self, residual_stack: torch.Tensor, tokens: Any, incorrect_tokens: Any = None,
+                    pos_slice: PosSlice = None) -> torch.Tensor:
+        """How much each component of `residual_stack` pushes the logit of `tokens` (minus that of
+        `incorrect_tokens`): the component through the final norm's scale (`apply_ln_to_stack`), dotted with
+        the token's column of W_U. `tokens`: token ids shaped like the stack's batch (and position) axes."""
+        directions = self.model.W_U.T[torch.as_tensor(tokens)]  # tokens' shape + (d_model,)
+        if incorrect_tokens is not None:
+            if torch.as_tensor(incorrect_tokens).shape != torch.as_tensor(tokens).shape:
+                raise ValueError("incorrect_tokens: must have the shape of tokens")
+            directions = directions - self.model.W_U.T[torch.as_tensor(incorrect_tokens)]
+        return (self.apply_ln_to_stack(residual_stack, None, False, pos_slice) * directions).sum(-1)
 
 
 def _inputs(model: Transformer, tokens: Tokens, src: Optional[torch.Tensor]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -138,7 +279,7 @@ def run_with_cache(model: Transformer, tokens: Tokens, fwd_hooks: Sequence[tuple
     keepers = [(name, keep) for name in points if wanted(name)]
     with hooks_on(points, list(fwd_hooks)), hooks_on(points, keepers):  # the keepers run last: they see replacements
         logits = model(idx, source).logits
-    return logits, ActivationCache(cache, model.cfg.n_layers)
+    return logits, ActivationCache(cache, model)
 
 
 @torch.no_grad()
