@@ -35,7 +35,7 @@ def test_the_parts_add_up_to_the_stream_they_decompose():
     assert labels == ["0_pre", "0_mid", "1_pre", "1_mid", "final_post"] and acc.shape == (5, B, T, 32)
     torch.testing.assert_close(acc[-1], final)
     heads, labels = cache.stack_head_results(incl_remainder=True, return_labels=True)
-    assert labels == [f"L{l}H{h}" for l in range(2) for h in range(4)] + ["remainder"]
+    assert labels == [f"L{i}H{h}" for i in range(2) for h in range(4)] + ["remainder"]
     torch.testing.assert_close(heads.sum(0), final)
     torch.testing.assert_close(heads[4:8].sum(0) + model.blocks[1].attn.b_O, cache["attn_out", 1])
     last = cache.stack_head_results(pos_slice=-1)  # one position: its axis goes
