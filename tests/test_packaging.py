@@ -37,12 +37,20 @@ def canonical(req: str) -> str:
 
 
 def test_dependencies_equal_the_requirements_files():
+    from packaging.requirements import Requirement
+
     project = pyproject()["project"]
-    assert [canonical(r) for r in project["dependencies"]] == [canonical(r) for r in requirement_lines("requirements.txt")]
     extras = project["optional-dependencies"]
+    lines = [canonical(r) for r in requirement_lines("requirements.txt")]
+    pins = [Requirement(r) for r in lines if r.startswith("torch")]
+    library = [Requirement(r) for r in project["dependencies"]]
+    assert library[0].name == "torch" and not any(s.operator == "==" for s in library[0].specifier)  # a range
+    assert len(pins) == 2 and all(library[0].specifier.contains(str(next(iter(p.specifier)).version)) for p in pins)
+    # requirements.txt = torch's pins, then the library's other lines, then the app extra's
+    assert lines[2:] == [canonical(r) for r in project["dependencies"][1:] + extras["app"]]
     assert [canonical(r) for r in extras["scale"]] == [canonical(r) for r in requirement_lines("requirements-scale.txt")]
     name = project["name"]
-    assert extras["dev"][0] == f"{name}[scale]"  # requirements-dev.txt's "-r requirements-scale.txt"
+    assert extras["dev"][0] == f"{name}[app,scale]"  # requirements-dev.txt's "-r requirements.txt", "-r ...scale.txt"
     assert [canonical(r) for r in extras["dev"][1:]] == [canonical(r) for r in requirement_lines("requirements-dev.txt")]
     dev_includes = (REPO / "requirements-dev.txt").read_text(encoding="utf-8")
     assert "-r requirements.txt" in dev_includes and "-r requirements-scale.txt" in dev_includes
@@ -164,3 +172,46 @@ def test_pip_install_into_a_fresh_venv_gives_the_command_and_the_package(tmp_pat
     assert f"Version: {info['version']}" in shown.stdout
     data = Path(info["lab"]).parent / "teach" / "sequence_length.json"
     assert data.is_file()  # package data travels in the wheel
+
+
+LIGHT_PROBE = """
+import importlib.util, json, torch, lab
+torch.set_num_threads(2)
+run = lab.train(task="copy", steps=5, d_model=16, n_heads=2, n_layers=1, eval_every=5, threads=1, progress=False)
+try:
+    lab.demo()
+    refused = ""
+except ImportError as exc:
+    refused = str(exc)
+print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(), "state": run.state,
+                  "gradio": importlib.util.find_spec("gradio") is not None, "refused": refused}))
+"""
+
+
+@pytest.mark.app
+def test_the_library_installs_alone_and_keeps_the_torch_a_notebook_has(tmp_path):
+    """A fresh virtual environment (nothing from this one) holding a torch first, as Colab's does; `pip install`
+    of the checkout without the app extra keeps that torch, brings no gradio, and `lab.train` works and gives
+    the notebook its thread count back; `lab.demo()` says which extra it needs. The torch installed first is this
+    environment's version (on this project's machines pip takes it from a file on disk: no download)."""
+    import torch
+
+    src, venv = tmp_path / "src", tmp_path / "venv"
+    src.mkdir()
+    _working_tree(src)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = venv / ("Scripts" if os.name == "nt" else "bin") / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    pip = [str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-compile"]
+    theirs = torch.__version__.split("+")[0]
+    for what in ([f"torch=={theirs}"], [str(src)]):
+        done = subprocess.run(pip + what, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    before = subprocess.run([str(py), "-m", "pip", "show", "torch"], env=env, capture_output=True, text=True).stdout
+    probe = subprocess.run([str(py), "-c", LIGHT_PROBE], cwd=tmp_path, env={**env, "LAB_RUNS_DIR": str(tmp_path / "runs")},
+                           capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    seen = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert seen["torch"].split("+")[0] == theirs and f"Version: {torch.__version__}" in before  # torch stayed
+    assert seen["state"] == "completed" and seen["threads"] == 2  # trained, and the notebook's 2 threads are back
+    assert seen["gradio"] is False and "transformer-ablation-lab[app]" in seen["refused"]

@@ -94,6 +94,33 @@ def test_a_variant_keeps_the_base_and_a_grid_names_its_configs():
     assert "n_layers" in lab.config_keywords() and "allowed" in lab.config_keywords()["pos"]
 
 
+def test_transformerlens_config_names_are_taken_or_refused_saying_what_sets_it_here():
+    lens = lab.make_config(d_head=8, d_mlp=96, act_fn="relu", normalization_type="RMS",
+                           positional_embedding_type="rotary", n_ctx=40)
+    assert lens == lab.make_config(head_dim=8, d_ff=96, activation="relu", norm_type="rmsnorm", pos="rope", n_ctx=40)
+    assert lab.make_config(attn_only=True).model.d_ff == 0 and lab.make_config(attn_only=False) == lab.make_config()
+    for keywords, field, words in (({"d_vocab": 12}, "d_vocab", "n_symbols"),
+                                   ({"act_fn": "gelu_new"}, "act_fn", "'relu', 'gelu'"),
+                                   ({"positional_embedding_type": "shortformer"}, "positional_embedding_type", "'rotary'")):
+        with pytest.raises(lab.ConfigError, match=words) as err:
+            lab.make_config(**keywords)
+        assert err.value.field == field
+
+
+def test_training_gives_the_caller_its_thread_count_back(tmp_path):
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        run = lab.train(task="copy", steps=3, d_model=16, n_heads=2, n_layers=1, eval_every=3, threads=1,
+                        runs_dir=tmp_path, progress=False)
+        assert run.state == "completed" and torch.get_num_threads() == 3
+        lab.train_many([lab.make_config(task="copy", steps=2, d_model=16, n_heads=2, n_layers=1, eval_every=2, threads=1)],
+                       runs_dir=tmp_path, progress=False)
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> lab.Run:
     """One tiny copy run (20 steps): enough to read, not to learn."""

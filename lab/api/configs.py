@@ -18,6 +18,30 @@ from lab.fields import FieldInfo
 
 # keyword -> its declared field: "n_layers" -> model.n_layers (every field that has a command-line flag)
 KEYWORDS: dict[str, FieldInfo] = {f.flag[2:].replace("-", "_"): f for f in declared_fields() if f.flag}
+# TransformerLens's config names (HookedTransformerConfig) -> (our keyword, their value -> ours); values that
+# have no equal here raise ConfigError naming what is allowed
+LENS_NAMES: dict[str, tuple[str, dict[Any, Any]]] = {
+    "d_head": ("head_dim", {}), "d_mlp": ("d_ff", {}),
+    "act_fn": ("activation", {"relu": "relu", "gelu": "gelu"}),  # gated layers: activation swiglu or geglu
+    "normalization_type": ("norm_type", {"LN": "layernorm", "RMS": "rmsnorm"}),
+    "positional_embedding_type": ("pos", {"standard": "learned", "rotary": "rope", "alibi": "alibi"}),
+    "attn_only": ("d_ff", {True: 0, False: None}),  # None: nothing changes
+}
+NOT_HERE = {"d_vocab": "the vocabulary is the task's: its symbols and a separator (set n_symbols, or modulus for "
+                       "modular_addition; Run.to_str_tokens names the tokens)",
+            "original_architecture": "this lab builds its own model: choose arch, pos, norm and the sizes",
+            "tokenizer_name": "the tasks are toy sequences with their own tokens (set task)"}
+
+
+def _from_lens(keyword: str, value: Any) -> tuple[str, Any]:
+    """A TransformerLens config name and value as this lab's keyword and value."""
+    ours, values = LENS_NAMES[keyword]
+    if not values:
+        return ours, value
+    if value not in values:
+        raise ConfigError(keyword, f"TransformerLens's {keyword}={value!r} has no equal here (allowed: "
+                          f"{', '.join(map(repr, values))}; or set {ours} directly: lab.config_keywords())")
+    return ours, values[value]
 
 
 def config_keywords() -> dict[str, str]:
@@ -36,12 +60,20 @@ def make_config(base: Optional[RunConfig] = None, /, *, name: Optional[str] = No
     'post'
 
     `name` labels the run (in listings and legends). A keyword that is not a field, or a value a field does
-    not allow, raises ConfigError naming it (`config_keywords()` lists them)."""
+    not allow, raises ConfigError naming it (`config_keywords()` lists them). TransformerLens's names are
+    taken too (`LENS_NAMES`: d_head, d_mlp, act_fn, normalization_type, positional_embedding_type,
+    attn_only), and its d_vocab is refused saying what sets the vocabulary here."""
     if base is not None and not isinstance(base, RunConfig):
         raise ConfigError("config", f"expected a RunConfig as the base, got {type(base).__name__}")
     data = (base or RunConfig()).to_dict()
     stated = set(stated_in(base)) if base is not None else set()
     for keyword, value in keywords.items():
+        if keyword in NOT_HERE:
+            raise ConfigError(keyword, f"is TransformerLens's name, not a setting here: {NOT_HERE[keyword]}")
+        if keyword in LENS_NAMES:
+            keyword, value = _from_lens(keyword, value)
+            if value is None:
+                continue
         info = KEYWORDS.get(keyword)
         if info is None:
             close = difflib.get_close_matches(keyword, KEYWORDS, n=1)

@@ -16,6 +16,11 @@ def demo(runs_dir: Optional[PathLike] = None) -> Any:  # a gradio.Blocks (lab/ n
     sheet; the run store and the source never served, uploads capped), each of which a keyword of `launch`
     overrides. Runs started in it train in worker processes; runs trained with `train` on the same folder
     appear in its Compare and Inspect tabs."""
+    import importlib.util
+
+    if importlib.util.find_spec("gradio") is None or importlib.util.find_spec("plotly") is None:
+        raise ImportError("demo: the app needs its extra packages (gradio, plotly): pip install "
+                          "'transformer-ablation-lab[app]' (or, in a checkout, pip install -r requirements.txt)")
     from ui.app import build_demo, launch_options  # gradio loads here, never on `import lab`
     from lab.engine.limits import Limits
 

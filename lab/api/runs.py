@@ -296,10 +296,23 @@ def train(cfg: Optional[RunConfig] = None, /, *, runs_dir: Optional[PathLike] = 
     run_id = store.create(cfg, owner="python")
     bar, on_record = _progress_callback(cfg.train.steps, 0, cfg.name or cfg.task.name, progress)
     try:
-        record_run(store, run_id, threads=threads, on_record=on_record)
+        with _callers_threads():
+            record_run(store, run_id, threads=threads, on_record=on_record)
     finally:
         bar.close()
     return Run(run_id, store.root)
+
+
+@contextlib.contextmanager
+def _callers_threads() -> Iterator[None]:
+    """Training sets torch's CPU thread count (its `threads`); the caller's count comes back after it."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def train_many(cfgs: Sequence[RunConfig], /, *, runs_dir: Optional[PathLike] = None, progress: bool = True,
@@ -340,7 +353,8 @@ def train_many(cfgs: Sequence[RunConfig], /, *, runs_dir: Optional[PathLike] = N
             def moved(rec: Record, done: int = done) -> None:
                 if isinstance(rec, StepRecord):
                     bar.update(done + rec.step - bar.n)
-            record_runs(store, group, threads=threads, on_record={group[0]: moved})
+            with _callers_threads():
+                record_runs(store, group, threads=threads, on_record={group[0]: moved})
             bar.update(done + cfgs[members[0]].train.steps - bar.n)
     finally:
         bar.close()
