@@ -229,6 +229,33 @@ class Run:
             finally:
                 self.active_hooks = None
 
+    # ---- the app's analyses as numbers (lab/api/analyses.py) ------------------------------------------
+    def head_roles(self, step: Optional[int] = None, seed: int = 0) -> pd.DataFrame:
+        """Each head's role scores (previous-token, induction, ...), a row per (layer, head); `step`: the
+        weights kept at that snapshot."""
+        from lab.api.analyses import head_roles
+
+        return head_roles(self, step, seed)
+
+    def patching(self, clean: Optional[str] = None, corrupt: Optional[str] = None) -> Any:
+        """Activation patching's two grids (`PatchingGrids`) on two typed inputs of one length, or the task's
+        own pair."""
+        from lab.api.analyses import patching
+
+        return patching(self, clean, corrupt)
+
+    def fourier(self, step: Optional[int] = None) -> pd.DataFrame:
+        """A modular-addition run's number embedding in the Fourier basis: power and share per frequency."""
+        from lab.api.analyses import fourier
+
+        return fourier(self, step)
+
+    def logit_lens(self, text: Optional[str] = None) -> pd.DataFrame:
+        """The logit lens on `probe(text)`: each stream's top next token and probabilities, per position."""
+        from lab.api.analyses import logit_lens
+
+        return logit_lens(self, text)
+
     def evaluate(self, split: str = "eval", n: Optional[int] = None) -> dict[str, float]:
         """Held-out metrics of `model` now (loss, token_acc, exact_match; predictable_acc for induction) on the
         run's own evaluation set (`split` "eval") or at longer lengths ("ood"), `n` sequences (default: the
