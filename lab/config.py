@@ -14,7 +14,7 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal, Optional, get_args
 
 from lab.fields import (DROPDOWN, RADIO, ConfigError, FieldInfo, Widget, dropdown as _dd, iter_fields, knob,
                         number as _number, shown, slider as _slider, suggest, validate)
@@ -174,6 +174,31 @@ class ModelConfig:
     def d_head(self) -> int:
         """Each head's width: `head_dim`, or d_model / n_heads when it is 0 (the paper's d_k = d_v)."""
         return self.head_dim or self.d_model // self.n_heads
+
+    # ---- TransformerLens's names for the same settings (HookedTransformerConfig's) -------------------------
+    @property
+    def d_mlp(self) -> int:
+        """The feed-forward layer's hidden width (TransformerLens's d_mlp): `d_ff_hidden`."""
+        return self.d_ff_hidden
+
+    @property
+    def attn_only(self) -> bool:
+        return self.d_ff == 0
+
+    @property
+    def act_fn(self) -> str:
+        """relu, gelu, or the gated layers' inner activation (silu for swiglu, gelu for geglu)."""
+        return {"swiglu": "silu", "geglu": "gelu"}.get(self.activation, self.activation)
+
+    @property
+    def normalization_type(self) -> Optional[str]:
+        """"LN", "RMS", or None without norms (TransformerLens's names; where they sit is `norm`)."""
+        return None if self.norm == "none" else {"layernorm": "LN", "rmsnorm": "RMS"}[self.norm_type]
+
+    @property
+    def positional_embedding_type(self) -> str:
+        """TransformerLens's name of `pos` where it has one (learned: standard, rope: rotary), else `pos`."""
+        return {"learned": "standard", "rope": "rotary"}.get(self.pos, self.pos)
 
     @property
     def d_ff_hidden(self) -> int:

@@ -9,7 +9,7 @@ trainer thread and an inspector can use the same class safely.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Optional
 
 import torch
@@ -23,6 +23,19 @@ from lab.hooks import HookPoint, name_hook_points
 from lab.positional import EMBED_STD, PositionalEncoding, build_positional
 from lab.records import CROSS, DEC_SELF, ENC_SELF, AttentionKind
 from lab.tasks.shapes import IGNORE_INDEX
+
+
+@dataclass(frozen=True)
+class LensConfig(ModelConfig):
+    """A built model's config: its ModelConfig with the vocabulary size the task gave it, so that
+    TransformerLens's names all read from `model.cfg` (d_model, d_head, n_heads, n_layers, d_mlp, d_vocab,
+    n_ctx, act_fn, normalization_type, positional_embedding_type: lab/config.py)."""
+
+    d_vocab: int = 0
+
+    @classmethod
+    def of(cls, cfg: ModelConfig, d_vocab: int) -> "LensConfig":
+        return cls(**{f.name: getattr(cfg, f.name) for f in fields(ModelConfig)}, d_vocab=d_vocab)
 
 
 @dataclass
@@ -143,6 +156,18 @@ class Attention(nn.Module):
     def b_O(self) -> Tensor:
         """(d_model,)."""
         return self.out_proj.bias
+
+    @property
+    def QK(self) -> Tensor:
+        """(n_heads, d_model, d_model): each head's QK circuit W_Q W_K^T (Elhage et al. 2021): the bilinear form
+        of its scores (before scaling, biases, QK-norm and rotation), x_query QK x_key^T."""
+        return self.W_Q @ self.W_K.transpose(1, 2)
+
+    @property
+    def OV(self) -> Tensor:
+        """(n_heads, d_model, d_model): each head's OV circuit W_V W_O (Elhage et al. 2021): what a source
+        position's stream writes through the head, x W_V W_O (before the value bias)."""
+        return self.W_V @ self.W_O
 
     def heads(self, x: Tensor, memory: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
         """Each head's queries (from x), keys and values (from memory, else x), through hook_q/k/v, then
@@ -379,7 +404,7 @@ class Transformer(nn.Module):
         if cfg.arch in RECURRENT:  # it once built a decoder for them without a word
             raise ConfigError("model.arch", f"{cfg.arch!r} is a recurrent baseline, not a Transformer: build it with "
                               "lab.recurrent.RecurrentLM (lab.trainer.build_model picks the right one)")
-        self.cfg, self.vocab_size = cfg, vocab_size
+        self.cfg, self.vocab_size = LensConfig.of(cfg, vocab_size), vocab_size
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
         self.pos = build_positional(cfg)
         enc_dec = cfg.arch == "encoder-decoder"
@@ -458,6 +483,8 @@ class Transformer(nn.Module):
     b_K = property(lambda self: self._stacked("b_K"), doc="(n_layers, n_heads, d_head), a copy")
     b_V = property(lambda self: self._stacked("b_V"), doc="(n_layers, n_heads, d_head), a copy")
     b_O = property(lambda self: self._stacked("b_O"), doc="(n_layers, d_model), a copy")
+    QK = property(lambda self: self._stacked("QK"), doc="(n_layers, n_heads, d_model, d_model)")
+    OV = property(lambda self: self._stacked("OV"), doc="(n_layers, n_heads, d_model, d_model)")
     W_in = property(lambda self: self._stacked("W_in", "ff"), doc="(n_layers, d_model, d_mlp), a copy")
     W_out = property(lambda self: self._stacked("W_out", "ff"), doc="(n_layers, d_mlp, d_model), a copy")
     b_in = property(lambda self: self._stacked("b_in", "ff"), doc="(n_layers, d_mlp), a copy")

@@ -137,3 +137,22 @@ def test_the_cache_takes_token_batches_and_a_names_filter():
         run_with_cache(model, toks + 100)
     with pytest.raises(KeyError, match="not a hook point"):
         run_with_hooks(model, toks, [("blocks.0.attn.hook_nope", lambda x, hook: None)])
+
+
+def test_the_config_has_transformerlens_names_and_a_heads_circuits_give_its_scores_and_output():
+    model = model_of()
+    c = model.cfg
+    assert (c.d_model, c.d_head, c.n_heads, c.n_layers, c.d_mlp, c.d_vocab, c.n_ctx) == (
+        32, 8, 4, 2, 64, model.vocab_size, model.W_pos.shape[0])
+    assert (c.act_fn, c.normalization_type, c.positional_embedding_type, c.attn_only) == ("gelu", "LN", "standard", False)
+    attn = model.blocks[0].attn
+    with torch.no_grad():  # without the biases, the circuits are the whole story of the scores and the output
+        attn.in_proj.bias.zero_()
+    _, cache = run_with_cache(model, tokens(model))
+    x = cache["normalized", 0, "ln1"] * model.blocks[0].ln1.weight + model.blocks[0].ln1.bias  # (B, T, d)
+    scores = torch.einsum("bqm,hmn,bkn->bhqk", x, attn.QK, x) / c.d_head ** 0.5
+    keep = torch.ones(T, T, dtype=torch.bool).tril()
+    torch.testing.assert_close(cache["attn_scores", 0][..., keep], scores[..., keep], atol=1e-5, rtol=1e-4)
+    written = torch.einsum("bhqk,bkm,hmn->bqhn", cache["pattern", 0], x, attn.OV)  # (B, T, H, d)
+    torch.testing.assert_close(cache["result", 0], written, atol=1e-5, rtol=1e-4)
+    assert model.QK.shape == (2, 4, 32, 32) and torch.equal(model.OV[0], attn.OV)
