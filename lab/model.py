@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Optional
+from typing import Any, ContextManager, Optional, Sequence
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from lab.activation_cache import ActivationCache, NamesFilter, Tokens, hooked, run_with_cache, run_with_hooks
 from lab.config import GATED, RECURRENT, ModelConfig
 from lab.fields import ConfigError
-from lab.hooks import HookPoint, name_hook_points
+from lab.hooks import HookFn, HookPoint, name_hook_points
 from lab.positional import EMBED_STD, PositionalEncoding, build_positional
 from lab.records import CROSS, DEC_SELF, ENC_SELF, AttentionKind
 from lab.tasks.shapes import IGNORE_INDEX
@@ -442,6 +443,20 @@ class Transformer(nn.Module):
         if parts[0] in ("dec_norm", "enc_norm"):
             return ".".join((["ln_final"] if parts[0] == "dec_norm" else ["encoder", "ln_final"]) + parts[1:])
         return {"hook_src_embed": "encoder.hook_embed", "hook_src_pos_embed": "encoder.hook_pos_embed"}.get(path, path)
+
+    # ---- TransformerLens's habits: run with the hook functions on, or caching every activation --------------
+    def run_with_cache(self, tokens: Tokens, fwd_hooks: Sequence[tuple[str, HookFn]] = (),
+                       names_filter: NamesFilter = None, src: Any = None) -> tuple[Tensor, ActivationCache]:
+        """(logits (B, T, vocab), ActivationCache) on token ids [B, T] (lab/activation_cache.py)."""
+        return run_with_cache(self, tokens, fwd_hooks, names_filter, src)
+
+    def run_with_hooks(self, tokens: Tokens, fwd_hooks: Sequence[tuple[str, HookFn]] = (), src: Any = None) -> Tensor:
+        """The logits (B, T, vocab) with each (hook point, function) of `fwd_hooks` on for one forward pass."""
+        return run_with_hooks(self, tokens, fwd_hooks, src)
+
+    def hooks(self, fwd_hooks: Sequence[tuple[str, HookFn]] = ()) -> ContextManager["Transformer"]:
+        """The model with `fwd_hooks` on for a `with` block, taken off however it ends."""
+        return hooked(self, fwd_hooks)
 
     # ---- TransformerLens's names for the modules and weights (views of the parameters) ----------------------
     @property

@@ -137,6 +137,16 @@ def test_the_cache_takes_token_batches_and_a_names_filter():
         run_with_cache(model, toks + 100)
     with pytest.raises(KeyError, match="not a hook point"):
         run_with_hooks(model, toks, [("blocks.0.attn.hook_nope", lambda x, hook: None)])
+    # TransformerLens's habits on the model itself: run_with_cache, run_with_hooks, and hooks() for a block
+    same_logits, same = model.run_with_cache(toks, names_filter="blocks.1.hook_resid_post")
+    torch.testing.assert_close(same_logits, logits)
+    torch.testing.assert_close(same["resid_post", 1], run_with_cache(model, toks)[1]["resid_post", 1])
+    zero_z = [("blocks.1.attn.hook_z", lambda z, hook: z * 0)]
+    with model.hooks(zero_z):
+        with torch.no_grad():
+            inside = model(toks).logits
+    torch.testing.assert_close(inside, model.run_with_hooks(toks, zero_z))
+    assert not torch.allclose(inside, logits) and all(not p.active for p in model.hook_dict.values())
 
 
 def test_the_config_has_transformerlens_names_and_a_heads_circuits_give_its_scores_and_output():
