@@ -22,7 +22,7 @@ __all__ = [
     "RunConfig", "ConfigError", "make_config", "make_grid", "count_params", "config_keywords",
     "Run", "train", "train_many", "load_run", "list_runs", "demo",
     "ActivationCache", "untrained", "presets", "preset_configs", "train_preset", "explain_preset", "PresetRuns",
-    "PatchingGrids",
+    "PatchingGrids", "to_transformer_lens",
     "plot_curves", "plot_bands", "bands_frame", "plot_attention", "plot_pca", "plot_importance", "plot_logit_lens",
     "plot_params",
 ]

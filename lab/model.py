@@ -420,6 +420,7 @@ class Transformer(nn.Module):
         self.hook_pos_embed = HookPoint() if self.pos.adds_vectors else None
         self.hook_src_embed = HookPoint() if enc_dec else None
         self.hook_src_pos_embed = HookPoint() if enc_dec and self.pos.adds_vectors else None
+        self.hook_unembed_in, self.hook_unembed_out = HookPoint(), HookPoint()  # what the head reads; the logits
         self.apply(self._init)
         for name, p in self.named_parameters():  # GPT-2: scale residual projections by depth
             if name.endswith(("out_proj.weight", "fc2.weight")):
@@ -442,7 +443,8 @@ class Transformer(nn.Module):
             return ".".join(["blocks" if parts[0] == "decoder" else "encoder", parts[1]] + rest)
         if parts[0] in ("dec_norm", "enc_norm"):
             return ".".join((["ln_final"] if parts[0] == "dec_norm" else ["encoder", "ln_final"]) + parts[1:])
-        return {"hook_src_embed": "encoder.hook_embed", "hook_src_pos_embed": "encoder.hook_pos_embed"}.get(path, path)
+        return {"hook_src_embed": "encoder.hook_embed", "hook_src_pos_embed": "encoder.hook_pos_embed",
+                "hook_unembed_in": "unembed.hook_in", "hook_unembed_out": "unembed.hook_out"}.get(path, path)
 
     # ---- TransformerLens's habits: run with the hook functions on, or caching every activation --------------
     def run_with_cache(self, tokens: Tokens, fwd_hooks: Sequence[tuple[str, HookFn]] = (),
@@ -559,7 +561,7 @@ class Transformer(nn.Module):
             attention[DEC_SELF] = dec["self"]
             if "cross" in dec:
                 attention[CROSS] = dec["cross"]
-        logits = self.head(self.dec_norm(x))  # (B, T, vocab)
+        logits = self.hook_unembed_out(self.head(self.hook_unembed_in(self.dec_norm(x))))  # (B, T, vocab)
         return ModelOutput(logits=logits, loss=lm_loss(logits, targets, label_smoothing), attention=attention)
 
     def num_params(self) -> int:
