@@ -15,6 +15,7 @@ encoder-decoder and recurrent models. TransformerLens 4.x has no HookedTransform
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
@@ -101,7 +102,9 @@ def to_transformer_lens(model: Any) -> Any:
                           "no HookedTransformer (removed in 4.0): pip install 'transformer-lens<4'")
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-    lens = HookedTransformer(HookedTransformerConfig(**lens_config(model)))
+    with warnings.catch_warnings():  # 3.x's notice that 4.0 drops HookedTransformer: the docstring says so
+        warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
+        lens = HookedTransformer(HookedTransformerConfig(**lens_config(model)))
     missing, unexpected = lens.load_state_dict(lens_state_dict(model), strict=False)
     buffers = {name for name, _ in lens.named_buffers()}
     if unexpected or set(missing) - buffers:
