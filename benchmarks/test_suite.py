@@ -34,7 +34,10 @@ def read_report(path: Path) -> tuple[dict[str, float], dict[str, int], dict[str,
         spent = float(case.get("time") or 0)
         seconds[tier] += spent
         counts[tier] += 1
-        modules[case.get("classname", "?").rsplit(".", 1)[-1]] += spent
+        # classname "tests.test_x", "tests.test_x.TestClass", or with a science test's group suffix
+        # "tests.test_x.test_name@tests/test_x.py": the module is the part after "tests."
+        parts = case.get("classname", "?").split("@", 1)[0].split(".")
+        modules[parts[1] if len(parts) > 1 and parts[0] == "tests" else parts[-1]] += spent
         failed += any(child.tag in ("failure", "error") for child in case)
     return dict(seconds), dict(counts), dict(modules), failed
 
