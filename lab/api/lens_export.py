@@ -2,61 +2,106 @@
 with the same weights and the same logits, for a notebook that goes on with TransformerLens's own tools.
 
 The weights map one to one, by the names this lab's model already gives them (lab/model.py, views of its
-parameters): per block `attn.W_Q`, `W_K`, `W_V` (n_heads, d_model, d_head), `b_Q`, `b_K`, `b_V`, `W_O`
-(n_heads, d_head, d_model), `b_O`, `mlp.W_in`, `b_in`, `W_out`, `b_out`, the norms' gains and biases as `ln1`,
-`ln2`, `ln_final` (`w`, `b`), the embedding `W_E` (every token id of the task's vocabulary), the learned
-positions `W_pos`, and the unembedding `W_U` with a zero `b_U` (this lab's head has no bias). Nothing is folded
-or centred. A model TransformerLens cannot compute exactly is refused, naming the setting and why: post-LN
-(TransformerLens's blocks normalise before each sublayer), sinusoidal, ALiBi or no positional encoding
-(TransformerLens 3.9's standard, rotary, shortformer and alibi types are not these encodings), QK-norm,
-gated feed-forward layers (TransformerLens adds the value bias after the gating), residual connections off,
-encoder-decoder and recurrent models. TransformerLens 4.x has no HookedTransformer; its
-`TransformerBridge.boot_native` is not supported here (the export says so).
+parameters), nothing folded or centred:
+  - `in_proj`'s rows (Wq, Wk, Wv, each n_heads * d_head by d_model, and their biases) -> per block `attn.W_Q`,
+    `W_K`, `W_V` (n_heads, d_model, d_head) and `b_Q`, `b_K`, `b_V` (n_heads, d_head)
+  - `out_proj` -> `attn.W_O` (n_heads, d_head, d_model) and `b_O`
+  - the feed-forward `fc1` / `fc2` -> `mlp.W_in` (d_model, d_mlp), `b_in`, `W_out` (d_mlp, d_model), `b_out`
+  - `Block.norms` -> `ln1` (before attention) and `ln2` (before the feed-forward), `dec_norm` -> `ln_final`
+    (`w`, and `b` for LayerNorm); QK-norm's per-head RMSNorms -> `attn.q_norm.w`, `attn.k_norm.w`
+  - `tok_emb` -> `embed.W_E` (every token id of the task's vocabulary, the separator included), the learned
+    position table -> `pos_embed.W_pos` (n_ctx, d_model), `head` -> `unembed.W_U` with a zero `b_U` (no bias here)
+
+What HookedTransformerConfig expresses exactly, and so is exported: pre-LN or no norms (normalization_type
+"LN", "RMS" or None; eps 1e-5 as here), relu or gelu (TransformerLens's "gelu" is the exact erf GELU, as
+torch's), attention scaled by sqrt(d_head) or not (use_attn_scale), any d_head, d_ff = 0 (attn_only), learned
+positions ("standard"), RoPE ("rotary" over the whole d_head, split halves: rotary_adjacent_pairs=False, base
+10000), ALiBi with a power-of-two head count ("alibi": TransformerLens's slopes are 2^(-8k/n), the paper's for
+those counts), and QK-norm with RMSNorm (use_qk_norm: an RMSNorm over each head's d_head after hook_q / hook_k,
+before the rotation, as here).
+
+Refused, naming the setting and why: post-LN (TransformerLens normalises each sublayer's input, never the sum),
+sinusoidal or no positional encoding (no such positional_embedding_type), ALiBi with another head count (the
+slopes differ), QK-norm with LayerNorm (TransformerLens's is an RMSNorm), gated feed-forward layers
+(TransformerLens's gated MLP has no gate bias and adds b_in after the gating), residual connections off,
+encoder-decoder and recurrent models. TransformerLens 4.x has no HookedTransformer: the export says to install
+a 3.x (its `TransformerBridge` is not supported here).
 """
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+import math
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import torch
+from torch import nn
 
-from lab.config import ConfigError
+from lab.config import GATED, ConfigError
 from lab.model import Transformer
+from lab.recurrent import RecurrentLM
+
+if TYPE_CHECKING:  # the optional package, for the annotations only
+    from transformer_lens import HookedTransformer
+
+INSTALL = "pip install transformer-lens==3.9.0"  # the version the export is tested against (requirements-dev.txt)
 
 
-def _refusals(model: Any) -> list[tuple[str, str]]:
+def _refusals(model: Union[Transformer, RecurrentLM]) -> list[tuple[str, str]]:
     """(setting, why) for each setting TransformerLens's HookedTransformer cannot compute exactly."""
     if not isinstance(model, Transformer):
-        return [("model.arch", f"{model.cfg.arch} is a recurrent baseline: TransformerLens builds Transformers only")]
+        return [("model.arch", f"{model.cfg.arch!r}, a recurrent baseline: TransformerLens builds Transformers only")]
     cfg, out = model.cfg, []
     if cfg.arch != "decoder":
-        out.append(("model.arch", "an encoder-decoder: HookedTransformer is decoder-only"))
+        out.append(("model.arch", f"{cfg.arch!r}: HookedTransformer is decoder-only"))
     if cfg.norm == "post":
-        out.append(("model.norm", "post-LN: TransformerLens's blocks normalise before each sublayer (pre-LN)"))
-    if cfg.pos not in ("learned", "rope"):
-        out.append(("model.pos", f"{cfg.pos!r}: TransformerLens computes learned ('standard') and rotary positions "
-                                 "exactly, not this encoding"))
-    if cfg.qk_norm == "on":
-        out.append(("model.qk_norm", "QK-norm: HookedTransformer has no norm on queries and keys"))
-    if cfg.activation in ("swiglu", "geglu"):
-        out.append(("model.activation", f"{cfg.activation}: TransformerLens's gated layer adds the value bias after "
-                                        "the gating, this lab's before it"))
+        out.append(("model.norm", "'post' (post-LN, LN(x + f(x))): TransformerLens's blocks normalise each "
+                                  "sublayer's input (pre-LN, x + f(LN(x))), never the sum"))
+    if cfg.pos == "sinusoidal":
+        out.append(("model.pos", "'sinusoidal': TransformerLens has no fixed sine/cosine table (its docs: "
+                                 "'Sinusoidal are not currently supported'; its 'standard' W_pos is learned)"))
+    elif cfg.pos == "none":
+        out.append(("model.pos", "'none' (no positional encoding): every TransformerLens positional_embedding_type "
+                                 "adds or applies positions"))
+    elif cfg.pos == "alibi" and not math.log2(cfg.n_heads).is_integer():
+        out.append(("model.pos", f"'alibi' with n_heads = {cfg.n_heads}, not a power of two: TransformerLens's ALiBi "
+                                 "slopes are 2^(-8k/n) for every head count, this lab's those of the ALiBi paper, "
+                                 "which differ when the count is not a power of two"))
+    elif cfg.pos not in ("learned", "rope", "alibi"):
+        out.append(("model.pos", f"{cfg.pos!r}: TransformerLens has no such positional_embedding_type"))
+    if cfg.qk_norm == "on" and cfg.norm_type != "rmsnorm":
+        out.append(("model.qk_norm", f"'on' with norm_type {cfg.norm_type!r}: TransformerLens's QK-norm "
+                                     "(use_qk_norm) is an RMSNorm, without centring or bias"))
+    if cfg.activation in GATED and cfg.d_ff:
+        out.append(("model.activation", f"{cfg.activation!r}: TransformerLens's gated MLP computes "
+                                        "act(x W_gate) * (x W_in) + b_in, with no gate bias and the value bias after "
+                                        "the product; this lab's fc1 adds both biases before it"))
     if cfg.residual != "on":
-        out.append(("model.residual", "off: TransformerLens's blocks always add to the residual stream"))
+        out.append(("model.residual", "'off': TransformerLens's blocks always add to the residual stream"))
     return out
+
+
+def _eps(model: Transformer) -> float:
+    """The norms' eps (1e-5 for LayerNorm and RMSNorm here): HookedTransformerConfig has one for all of them."""
+    found = {float(m.eps) for m in model.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))}
+    if len(found) > 1:
+        raise ConfigError("model.norm_type", f"norms with different eps {sorted(found)}: TransformerLens has one eps")
+    return found.pop() if found else 1e-5
 
 
 def lens_config(model: Transformer) -> dict[str, Any]:
     """The HookedTransformerConfig keywords of `model` (TransformerLens's names for its settings)."""
-    cfg = model.cfg
+    cfg, weight = model.cfg, model.tok_emb.weight
     return {"n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_ctx": cfg.n_ctx, "d_head": cfg.d_head,
             "n_heads": cfg.n_heads, "d_mlp": cfg.d_mlp if cfg.d_ff else None, "attn_only": cfg.attn_only,
             "d_vocab": model.vocab_size, "act_fn": cfg.act_fn, "normalization_type": cfg.normalization_type,
-            "eps": 1e-5, "use_attn_scale": cfg.scale == "sqrt", "use_attn_result": True,  # hook_result, as here
-            "positional_embedding_type": cfg.positional_embedding_type,
+            "eps": _eps(model), "use_attn_scale": cfg.scale == "sqrt", "use_attn_result": True,  # hook_result, as here
+            "use_qk_norm": cfg.qk_norm == "on", "positional_embedding_type": cfg.positional_embedding_type,
             **({"rotary_dim": cfg.d_head, "rotary_base": 10000, "rotary_adjacent_pairs": False}
                if cfg.pos == "rope" else {}),
-            "default_prepend_bos": False, "device": "cpu", "seed": None}
+            "default_prepend_bos": False, "device": str(weight.device), "dtype": weight.dtype, "seed": None,
+            "init_weights": False}  # every parameter is loaded (to_transformer_lens checks)
 
 
 def lens_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
@@ -64,6 +109,10 @@ def lens_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     sd: dict[str, torch.Tensor] = {"embed.W_E": model.W_E, "unembed.W_U": model.W_U, "unembed.b_U": model.b_U}
     if model.cfg.pos == "learned":
         sd["pos_embed.W_pos"] = model.W_pos
+    elif model.cfg.pos == "alibi":  # TransformerLens builds a W_pos for ALiBi too, and never reads it: zeros
+        sd["pos_embed.W_pos"] = torch.zeros(model.cfg.n_ctx, model.cfg.d_model, dtype=model.W_E.dtype)
+    norms = [(f"blocks.{i}.{name}", getattr(block, name)) for i, block in enumerate(model.blocks)
+             for name in ("ln1", "ln2")] + [("ln_final", model.dec_norm)]
     for i, block in enumerate(model.blocks):
         at = f"blocks.{i}."
         for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V", "b_O"):
@@ -71,37 +120,47 @@ def lens_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
         if block.mlp is not None:
             for name in ("W_in", "b_in", "W_out", "b_out"):
                 sd[at + "mlp." + name] = getattr(block.mlp, name)
-        for ln in ("ln1", "ln2"):
-            norm = getattr(block, ln)
-            if norm is not None and hasattr(norm, "weight"):
-                sd[f"{at}{ln}.w"] = norm.weight
-                if getattr(norm, "bias", None) is not None:
-                    sd[f"{at}{ln}.b"] = norm.bias
-    if hasattr(model.dec_norm, "weight"):
-        sd["ln_final.w"] = model.dec_norm.weight
-        if getattr(model.dec_norm, "bias", None) is not None:
-            sd["ln_final.b"] = model.dec_norm.bias
+        norms += [(at + "attn.q_norm", block.attn.q_norm), (at + "attn.k_norm", block.attn.k_norm)]
+    for at, norm in norms:
+        if getattr(norm, "weight", None) is not None:
+            sd[at + ".w"] = norm.weight
+        if getattr(norm, "bias", None) is not None:
+            sd[at + ".b"] = norm.bias
     return {k: v.detach().clone().contiguous() for k, v in sd.items()}
 
 
-def to_transformer_lens(model: Any) -> Any:
+def _import_lens() -> tuple[type, type]:
+    """(HookedTransformer, HookedTransformerConfig), or an ImportError saying what to install."""
+    if importlib.util.find_spec("transformer_lens") is None:
+        raise ImportError("to_transformer_lens needs the optional package TransformerLens (2.x or 3.x; tested "
+                          f"with 3.9.0), which is not installed: {INSTALL}")
+    try:  # 4.x raises ImportError here (even for hasattr): it removed HookedTransformer
+        from transformer_lens import HookedTransformer, HookedTransformerConfig
+    except ImportError as exc:
+        try:
+            version = importlib.metadata.version("transformer-lens")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        raise ImportError(f"to_transformer_lens needs TransformerLens 2.x or 3.x (HookedTransformer); the installed "
+                          f"transformer-lens {version} has none (4.0 removed it): {INSTALL}") from exc
+    return HookedTransformer, HookedTransformerConfig
+
+
+def to_transformer_lens(model: Any) -> "HookedTransformer":
     """A `transformer_lens.HookedTransformer` with `model`'s weights (a lab Transformer, or a `Run`: its trained
-    model), in eval mode: its logits and activations equal this lab's on the same token ids. ConfigError names
-    each setting it cannot express; ImportError when transformer-lens is missing or has no HookedTransformer."""
-    model = getattr(model, "model", model) if not isinstance(model, Transformer) else model
+    model), in eval mode, on the model's device and dtype: its logits and activations equal this lab's on the same
+    token ids (pass token tensors: it has no tokenizer, and prepends no BOS). ConfigError names each setting it
+    cannot express and why; ImportError when transformer-lens is missing or has no HookedTransformer (4.x)."""
+    if not isinstance(model, (Transformer, RecurrentLM)):
+        model = getattr(model, "model", model)  # a Run (lab/api/runs.py): its trained model
+    if not isinstance(model, (Transformer, RecurrentLM)):
+        raise TypeError(f"to_transformer_lens takes a lab Transformer or a Run, not {type(model).__name__}")
     refused = _refusals(model)
     if refused:
         raise ConfigError(refused[0][0], "TransformerLens cannot compute this model exactly: "
                           + "; ".join(f"{field} is {why}" for field, why in refused))
-    try:
-        import transformer_lens
-    except ImportError:
-        raise ImportError("to_transformer_lens needs TransformerLens 2.x or 3.x: pip install 'transformer-lens<4'") from None
-    if not hasattr(transformer_lens, "HookedTransformer"):
-        raise ImportError(f"to_transformer_lens: TransformerLens {getattr(transformer_lens, '__version__', '4.x')} has "
-                          "no HookedTransformer (removed in 4.0): pip install 'transformer-lens<4'")
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
-
+    assert isinstance(model, Transformer)
+    HookedTransformer, HookedTransformerConfig = _import_lens()
     with warnings.catch_warnings():  # 3.x's notice that 4.0 drops HookedTransformer: the docstring says so
         warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
         lens = HookedTransformer(HookedTransformerConfig(**lens_config(model)))
