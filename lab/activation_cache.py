@@ -244,7 +244,7 @@ def _filter(names_filter: NamesFilter) -> Callable[[str], bool]:
 
 def _points(model: Any) -> dict[str, HookPoint]:
     if not hasattr(model, "hook_dict"):
-        raise ValueError("hooks: a recurrent run (lstm, gru) has no hook points")
+        raise ValueError("hooks: a recurrent run (rnn, lstm, gru) has no hook points")
     return model.hook_dict
 
 

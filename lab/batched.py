@@ -19,7 +19,8 @@ Results match solo training to float32 round-off (tests/test_batched.py), not bi
 Each member run's checkpoint (`state`) is the per-run format of lab/checkpoint.py: its slice of the
 weights and AdamW moments, its step count and its batch source, so any member can be continued alone
 (by the solo trainer; it then goes on in fused AdamW's round-off, not this one's).
-Limits: decoder-only and no dropout (per-run dropout masks cannot match the solo runs), one device.
+Limits: decoder-only, no dropout and no randomized positions (per-run draws cannot match the solo runs),
+one device.
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ from lab.trainer import TrainResult, build_model, fit, lr_at
 def batch_key(cfg: RunConfig) -> Optional[str]:
     """Runs with equal keys can train as one batched model (they may differ in seed, lr and
     name); None for a config that cannot be batched at all."""
-    if cfg.model.arch != "decoder" or cfg.model.dropout > 0:
+    if cfg.model.arch != "decoder" or cfg.model.dropout > 0 or cfg.model.pos_range:  # per-run draws
         return None
     plain = dataclasses.replace(cfg, name="", train=dataclasses.replace(cfg.train, seed=0, lr=1.0))
     return plain.to_json()
@@ -150,7 +151,8 @@ def train_batched(
     run i's checkpoints (the solo format), `stop_at` stops them all at that step."""
     keys = {batch_key(c) for c in cfgs}
     if None in keys or len(keys) != 1:
-        raise ValueError("configs: batched runs must be decoder-only, without dropout, and differ only in "
+        raise ValueError("configs: batched runs must be decoder-only, without dropout or randomized positions, and "
+                         "differ only in "
                          "train.seed, train.lr and name")
     k, tc0 = len(cfgs), cfgs[0].train
     device = resolve_device(tc0.device)

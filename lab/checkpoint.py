@@ -7,8 +7,9 @@ stops or ends, and hands it to its `on_checkpoint` callback; the run store keeps
     moments and the step count, exactly the tensors torch's AdamW keeps, so it steps on from them with
     the numbers of the uninterrupted run);
   - every random stream the training draws from: the batch source's generators (the data stream's
-    position; lab/device.py BatchSource) and, for a run with dropout, torch's global generator (and the
-    CUDA one on a GPU). The tasks draw from torch generators only: no numpy or Python RNG is involved;
+    position; lab/device.py BatchSource) and, for a run with dropout or randomized positions, torch's
+    global generator (and the CUDA one on a GPU). The tasks draw from torch generators only: no numpy
+    or Python RNG is involved;
   - the loop's own counters: the step reached, tokens seen, wall time so far, the last logged train
     loss and the last evaluation.
 Batched seed groups (lab/batched.py) leave each member the same per-run checkpoint, so any run can be
@@ -22,8 +23,8 @@ File format (`checkpoint.safetensors`: tensors and a text header; loading unpick
     adam.step.<param>        () float32: AdamW steps taken for that parameter
     data.<i>                 (n,) uint8: the batch source's generator states, in order (CPU: one;
                              CUDA: the lengths' CPU generator, then the tokens' CUDA one)
-    rng.torch                (n,) uint8: torch's global CPU generator (runs with dropout only)
-    rng.device               (n,) uint8: the CUDA generator of the run's device (CUDA runs with dropout)
+    rng.torch                (n,) uint8: torch's global CPU generator (runs with dropout or randomized positions)
+    rng.device               (n,) uint8: the CUDA generator of the run's device (CUDA runs that draw)
     header "lab_checkpoint": JSON {"format": 1, "step", "tokens", "elapsed_s", "train_loss",
                              "last_eval": {EvalRecord fields} | null, "data_kind": "cpu" | "cuda",
                              "stop_eval", "stop_snapshot"}
@@ -63,7 +64,7 @@ class RunState:
     adam_step: dict[str, Tensor]  # parameter name -> () float32 step count
     data: tuple[Tensor, ...]  # BatchSource.state()
     data_kind: str  # BatchSource.kind: "cpu" or "cuda"
-    rng_torch: Optional[Tensor] = None  # torch.get_rng_state(), when dropout draws from it
+    rng_torch: Optional[Tensor] = None  # torch.get_rng_state(), when dropout or randomized positions draw from it
     rng_device: Optional[Tensor] = None  # torch.cuda.get_rng_state(device), likewise
 
 
@@ -85,23 +86,24 @@ def _cpu(t: Tensor) -> Tensor:
     return t.detach().to("cpu", copy=True).contiguous()
 
 
-def capture(net: torch.nn.Module, opt: torch.optim.Optimizer, source: BatchSource, dropout: bool,
+def capture(net: torch.nn.Module, opt: torch.optim.Optimizer, source: BatchSource, draws: bool,
             device: torch.device) -> RunState:
-    """A solo run's state: its model, its torch AdamW's state, its batch source, its dropout RNG."""
+    """A solo run's state: its model, its torch AdamW's state, its batch source, and with `draws` (dropout or
+    randomized positions) the generators they draw from."""
     names = {p: n for n, p in net.named_parameters()}
     moments: dict[str, dict[str, Tensor]] = {"exp_avg": {}, "exp_avg_sq": {}, "step": {}}
     for p, st in opt.state.items():
         for key, out in moments.items():
             if key in st:
                 out[names[p]] = _cpu(st[key])
-    rng_device = torch.cuda.get_rng_state(device) if dropout and device.type == "cuda" else None
+    rng_device = torch.cuda.get_rng_state(device) if draws and device.type == "cuda" else None
     return RunState({k: _cpu(v) for k, v in net.state_dict().items()}, moments["exp_avg"], moments["exp_avg_sq"],
-                    moments["step"], source.state(), source.kind, torch.get_rng_state() if dropout else None,
+                    moments["step"], source.state(), source.kind, torch.get_rng_state() if draws else None,
                     rng_device)
 
 
 def restore(state: RunState, step: int, net: torch.nn.Module, opt: torch.optim.Optimizer, source: BatchSource,
-            dropout: bool, device: torch.device) -> None:
+            draws: bool, device: torch.device) -> None:
     """Put a freshly built solo run (model, torch AdamW not yet stepped, batch source) into `state`. The
     optimiser state is created as torch's fused AdamW creates it (the step count as a float32 tensor on
     the parameter's device; on the CPU for the unfused optimiser), so `opt.step()` goes on from it."""
@@ -115,9 +117,9 @@ def restore(state: RunState, step: int, net: torch.nn.Module, opt: torch.optim.O
                 "exp_avg_sq": state.exp_avg_sq[name].to(p.device, p.dtype).clone(),
             }
     source.restore(state.data_kind, state.data, step)
-    if dropout and state.rng_torch is not None:
+    if draws and state.rng_torch is not None:
         torch.set_rng_state(state.rng_torch)
-    if dropout and state.rng_device is not None and device.type == "cuda":
+    if draws and state.rng_device is not None and device.type == "cuda":
         torch.cuda.set_rng_state(state.rng_device, device)
 
 

@@ -24,7 +24,7 @@ from lab.textdata import ALLOWED as TEXT_ALLOWED, SPLIT as TEXT_SPLIT, check_tex
 SCHEMA_VERSION = 1
 
 # One closed set of values per ablation axis. UI dropdowns read these tuples (TASK_NAMES: lab/tasks/shapes.py).
-Arch = Literal["decoder", "encoder-decoder", "lstm", "gru"]
+Arch = Literal["decoder", "encoder-decoder", "rnn", "lstm", "gru"]
 Norm = Literal["pre", "post", "none"]
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "none"]
 Activation = Literal["relu", "gelu", "swiglu", "geglu"]
@@ -37,10 +37,11 @@ YesNo = Literal["no", "yes"]
 Device = Literal["auto", "cpu", "cuda", "mps"]
 
 ARCHS: tuple[str, ...] = get_args(Arch)
-RECURRENT = ("lstm", "gru")  # recurrent baselines (lab/recurrent.py): no attention, no positions, no norms
+RECURRENT = ("rnn", "lstm", "gru")  # recurrent baselines (lab/recurrent.py): no attention, no positions, no norms
 RECURRENT_READS = ("model.arch", "model.d_model", "model.n_layers", "model.dropout")  # the model knobs they read
-# weight blocks per recurrent layer: LSTM input, forget, cell, output gates; GRU reset, update, new
-GATES = {"lstm": 4, "gru": 3}
+# weight blocks per recurrent layer: the plain RNN's one tanh update; LSTM input, forget, cell, output gates;
+# GRU reset, update, new
+GATES = {"rnn": 1, "lstm": 4, "gru": 3}
 TRANSFORMERS = tuple(a for a in ARCHS if a not in RECURRENT)  # the architectures with attention
 NORMS: tuple[str, ...] = get_args(Norm)
 POS_ENCODINGS: tuple[str, ...] = get_args(PosEncoding)
@@ -105,9 +106,10 @@ class ModelConfig:
 
     SECTION: ClassVar[str] = "model"
     arch: Arch = knob("decoder", label="Architecture", help="decoder: one causal stack reads prompt|answer (GPT). "
-                      "encoder-decoder: the original paper, with cross-attention from decoder to encoder. lstm, "
-                      "gru: the recurrent baselines the paper replaced, reading prompt|answer one token at a time "
-                      "(d_model wide, Layers deep; the attention, position and norm knobs do not apply).",
+                      "encoder-decoder: the original paper, with cross-attention from decoder to encoder. rnn "
+                      "(Elman's tanh recurrence), lstm, gru: the recurrent baselines the paper replaced, reading "
+                      "prompt|answer one token at a time (d_model wide, Layers deep; the attention, position and "
+                      "norm knobs do not apply).",
                       widget=RADIO, column="arch", filter=True, axis="arch")
     pos: PosEncoding = knob("learned", label="Positional encoding", help="How the model knows token order: added "
                             "vectors (sinusoidal, learned), rotated queries/keys (RoPE), a distance penalty on "
@@ -147,6 +149,11 @@ class ModelConfig:
                           "2023).", widget=RADIO, advanced=True, axis="QK-norm", short="qk_norm")
     dropout: float = knob(0.0, label="Dropout", help="Randomly zeroes activations while training; 0 is best for "
                           "toy tasks.", lo=0.0, hi=0.9, widget=_slider(0.0, 0.5, 0.05))
+    pos_range: int = knob(0, label="Randomized positions", help="0: off. Otherwise, while training, each "
+                          "sequence's position ids are an ordered random subset of 0 to this number - 1 (Ruoss et "
+                          "al. 2023), so the model meets ids beyond its training lengths; evaluation reads the real "
+                          "positions 0, 1, 2... It must cover the longest evaluated sequence.", lo=0, hi=8192,
+                          widget=_number(0), advanced=True, axis="random positions", short="pos_range")
     n_ctx: int = knob(128, label="Context length", help="Longest sequence the model accepts (the size of a learned "
                       "PE table); unless given, the task's longest sequence, at least 8 (lab/derived.py).", lo=1,
                       hi=8192, url=None)
@@ -169,6 +176,9 @@ class ModelConfig:
             )
         if self.pos == "sinusoidal" and self.d_model % 2:
             raise ConfigError("model.d_model", f"{self.d_model} must be even for 'sinusoidal'")
+        if self.pos_range and self.pos == "none":
+            raise ConfigError("model.pos_range", f"{self.pos_range} randomizes positions, but positional encoding "
+                              "'none' has none (allowed: 0, or pick an encoding)")
 
     @property
     def d_head(self) -> int:
@@ -275,6 +285,12 @@ class RunConfig:
         if not isinstance(self.name, str) or len(self.name) > 200:
             raise ConfigError("name", "must be a string of at most 200 characters")
         needed = task_shape(self.task.name).max_seq_len(self.task, self.model.arch)
+        if self.model.pos_range and self.model.arch not in RECURRENT and needed > self.model.pos_range:
+            raise ConfigError(
+                "model.pos_range",
+                f"{self.model.pos_range} is shorter than the longest sequence of task {self.task.name!r} "
+                f"({needed} tokens, evaluation beyond training included); allowed: 0 (off) or at least {needed}",
+            )
         if needed > self.model.n_ctx:
             raise ConfigError(
                 "model.n_ctx",

@@ -1,7 +1,8 @@
 """Interventions on a trained model at inference: knock out attention heads, skip sublayers or whole
 blocks, remove or shuffle the positional encoding. Each is a hook on the one model class
-(lab/model.py), put on for a `with applied(model, spec):` block and taken off after it, so the stored
-weights never change and no second model class exists.
+(lab/model.py; the positional ones replace the encoding a forward pass reads, `Transformer.pos_override`),
+put on for a `with applied(model, spec):` block and taken off after it, so the stored weights never change
+and no second model class exists.
 
 - Head knockout (zero or mean ablation): the head's slice of the concatenated head outputs, the input
   of the attention's output projection, is replaced by zeros or by its mean over a held-out set
@@ -32,6 +33,7 @@ from torch import Tensor, nn
 from lab.fields import ConfigError
 from lab.hooks import HookFn, HookPoint, hooks_on
 from lab.model import Transformer
+from lab.positional import PassEncoding, Placed, PositionalEncoding
 from lab.records import CROSS, DEC_SELF, ENC_SELF, AttentionKind
 from lab.recurrent import RecurrentLM
 
@@ -143,7 +145,7 @@ class Interventions:
 
     def _check_recurrent(self, model: RecurrentLM) -> None:
         """A recurrent model has layers to skip, and no heads, sublayers or positional encoding."""
-        what = f"an {model.cell.upper()} run" if model.cell == "lstm" else f"a {model.cell.upper()} run"
+        what = f"an {model.cell.upper()} run" if model.cell in ("lstm", "rnn") else f"a {model.cell.upper()} run"
         if self.heads:
             raise ConfigError("Heads", f"{what} has no attention heads (it reads one token at a time)")
         if self.skip_attn or self.skip_ff:
@@ -272,53 +274,23 @@ def applied(model: Transformer, spec: Interventions,
         finally:
             model.skipped = frozenset()
         return
-    patched: list[str] = []
     try:
         with hooks_on(model.hook_dict, _spec_hooks(model, spec, means)):
             if spec.positional != "intact":
-                patched = _patch_positional(model, spec.positional, spec.shuffle_seed)
+                model.pos_override = _moved_positions(model, spec.positional, spec.shuffle_seed)
             yield model
     finally:
-        for name in patched:
-            delattr(model.pos, name)  # back to the class's own method
+        model.pos_override = None  # back to the model's own encoding
 
 
-def _patch_positional(model: Transformer, how: str, seed: int) -> list[str]:
-    """Shadow the encoding's embed / rotate / attn_bias with instance attributes; returns their names."""
-    pe = model.pos
+def _moved_positions(model: Transformer, how: str, seed: int) -> PassEncoding:
+    """What every forward pass reads instead of the model's encoding: nothing ("none": the base encoding adds,
+    rotates and biases nothing), or the encoding at a fixed random order of the position ids ("shuffle":
+    token i reads position order[i], for its vector, its rotation and its distances alike)."""
     if how == "none":
-        pe.embed = lambda x: x
-        pe.rotate = lambda q, k: (q, k)
-        pe.attn_bias = lambda t_q, t_k, causal, device: None
-        return ["embed", "rotate", "attn_bias"]
-    cls = type(pe)
+        return PositionalEncoding(model.cfg)
 
     def order(t: int) -> Tensor:
         return torch.randperm(t, generator=torch.Generator().manual_seed(seed + t))  # (t,) position ids
 
-    def embed(x: Tensor) -> Tensor:
-        t = x.shape[1]
-        shifted = cls.embed(pe, torch.zeros(1, t, x.shape[2], dtype=x.dtype, device=x.device))  # (1, T, d)
-        return x + shifted[:, order(t).to(x.device)]  # each position gets another's vector
-
-    def rotate(q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        t = q.shape[-2]
-        if t != k.shape[-2]:
-            return cls.rotate(pe, q, k)
-        inv = torch.argsort(order(t)).to(q.device)
-        q2, k2 = cls.rotate(pe, q[..., inv, :], k[..., inv, :])  # position p rotated by angle p ...
-        perm = order(t).to(q.device)
-        return q2[..., perm, :], k2[..., perm, :]  # ... then put back: token i rotated by order[i]
-
-    def attn_bias(t_q: int, t_k: int, causal: bool, device: torch.device) -> Optional[Tensor]:
-        bias = cls.attn_bias(pe, t_q, t_k, False, device)
-        if bias is None or t_q != t_k:
-            return cls.attn_bias(pe, t_q, t_k, causal, device)
-        perm = order(t_q).to(device)
-        bias = bias[:, perm][:, :, perm]  # (H, T, T): distances between the shuffled ids
-        if causal:
-            bias = bias.masked_fill(torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(1), float("-inf"))
-        return bias
-
-    pe.embed, pe.rotate, pe.attn_bias = embed, rotate, attn_bias
-    return ["embed", "rotate", "attn_bias"]
+    return Placed(model.pos, order)

@@ -21,7 +21,7 @@ from lab.activation_cache import ActivationCache, NamesFilter, Tokens, hooked, r
 from lab.config import GATED, RECURRENT, ModelConfig
 from lab.fields import ConfigError
 from lab.hooks import HookFn, HookPoint, name_hook_points
-from lab.positional import EMBED_STD, PositionalEncoding, build_positional
+from lab.positional import EMBED_STD, PassEncoding, Placed, build_positional, random_ids
 from lab.records import CROSS, DEC_SELF, ENC_SELF, AttentionKind
 from lab.tasks.shapes import IGNORE_INDEX
 
@@ -197,7 +197,7 @@ class Attention(nn.Module):
         self,
         x: Tensor,
         memory: Optional[Tensor],
-        pe: Optional[PositionalEncoding],
+        pe: Optional[PassEncoding],
         causal: bool,
         need_weights: bool,
     ) -> tuple[Tensor, Optional[Tensor]]:
@@ -374,7 +374,7 @@ class Block(nn.Module):
         return norm(out) if self.norm == "post" else out
 
     def forward(
-        self, x: Tensor, memory: Optional[Tensor], pe: PositionalEncoding, need_weights: bool
+        self, x: Tensor, memory: Optional[Tensor], pe: PassEncoding, need_weights: bool
     ) -> tuple[Tensor, dict[str, Tensor]]:
         patterns: dict[str, Tensor] = {}
         norms = iter(self.norms)
@@ -426,6 +426,19 @@ class Transformer(nn.Module):
             if name.endswith(("out_proj.weight", "fc2.weight")):
                 nn.init.normal_(p, std=0.02 / math.sqrt(2 * cfg.n_layers))
         self.hook_dict = name_hook_points(self, self._lens_name)  # TransformerLens's name -> HookPoint
+        # the encoding every forward pass reads instead of `pos` while set (the shuffled-positions
+        # intervention, lab/interventions.py); None: `pos` at the real positions, or randomized in training
+        self.pos_override: Optional[PassEncoding] = None
+
+    def _pass_positions(self) -> PassEncoding:
+        """The positional encoding one forward pass reads: an intervention's override, else in training with
+        randomized positions (model.pos_range) `pos` at a fresh ordered random subset of ids (Ruoss et al.
+        2023), else `pos` itself at 0..T-1."""
+        if self.pos_override is not None:
+            return self.pos_override
+        if self.training and self.cfg.pos_range:
+            return Placed(self.pos, random_ids(self.cfg.pos_range))
+        return self.pos
 
     def _lens_name(self, path: str) -> str:
         """A hook point's module path -> its TransformerLens name: decoder.1.self_attn.hook_q ->
@@ -516,20 +529,20 @@ class Transformer(nn.Module):
         elif isinstance(m, nn.Embedding):
             nn.init.normal_(m.weight, std=EMBED_STD)
 
-    def _embedded(self, tokens: Tensor, embed_hook: HookPoint, pos_hook: Optional[HookPoint]) -> Tensor:
+    def _embedded(self, tokens: Tensor, pe: PassEncoding, embed_hook: HookPoint, pos_hook: Optional[HookPoint]) -> Tensor:
         """The residual stream's input (B, T, d_model): the tokens' embedding through `embed_hook`, plus the
-        positions' vectors (through `pos_hook` when a function is on it: the added part, TransformerLens's
-        hook_pos_embed), then dropout."""
+        positions' vectors of the pass's encoding `pe` (through `pos_hook` when a function is on it: the added
+        part, TransformerLens's hook_pos_embed), then dropout."""
         emb = embed_hook(self.tok_emb(tokens))  # (B, T, d)
-        x = self.pos.embed(emb)
+        x = pe.embed(emb)
         if pos_hook is not None and pos_hook.active:
             x = emb + pos_hook(x - emb)
         return dropout(x, self.cfg.dropout, self.training)
 
-    def _stack(self, blocks: nn.ModuleList, x: Tensor, memory: Optional[Tensor], need_weights: bool):
+    def _stack(self, blocks: nn.ModuleList, x: Tensor, memory: Optional[Tensor], pe: PassEncoding, need_weights: bool):
         patterns: dict[str, list[Tensor]] = {}
         for block in blocks:
-            x, p = block(x, memory, self.pos, need_weights)
+            x, p = block(x, memory, pe, need_weights)
             for kind, pat in p.items():
                 if pat is not None:
                     patterns.setdefault(kind, []).append(pat)
@@ -548,15 +561,16 @@ class Transformer(nn.Module):
         2016, sec. 7; Vaswani et al. 2017, sec. 5.4). With `need_weights`, every attention pattern."""
         attention: dict[AttentionKind, Tensor] = {}
         memory = None
+        pe = self._pass_positions()
         if self.encoder is not None:
             if src is None:
                 raise ValueError("an encoder-decoder model needs `src`")
-            h = self._embedded(src, self.hook_src_embed, self.hook_src_pos_embed)  # (B, S, d)
-            h, enc = self._stack(self.encoder, h, None, need_weights)
+            h = self._embedded(src, pe, self.hook_src_embed, self.hook_src_pos_embed)  # (B, S, d)
+            h, enc = self._stack(self.encoder, h, None, pe, need_weights)
             memory = self.enc_norm(h)
             attention.update({ENC_SELF: enc["self"]} if enc else {})
-        x = self._embedded(idx, self.hook_embed, self.hook_pos_embed)  # (B, T, d)
-        x, dec = self._stack(self.decoder, x, memory, need_weights)
+        x = self._embedded(idx, pe, self.hook_embed, self.hook_pos_embed)  # (B, T, d)
+        x, dec = self._stack(self.decoder, x, memory, pe, need_weights)
         if dec:
             attention[DEC_SELF] = dec["self"]
             if "cross" in dec:

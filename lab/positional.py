@@ -8,13 +8,18 @@ The model calls every hook unconditionally; there is no `if pos == "rope"` outsi
 Cross-attention (encoder-decoder) gets no positional hooks: its queries and keys come from
 different sequences, so only the absolute encodings of each stream carry position there.
 
+Each hook reads the position ids 0..T-1 unless it is given others (`positions`, a (T,) tensor): `Placed`
+reads an encoding at other ids for one forward pass, which is how training with randomized positions
+(Ruoss et al. 2023: an ordered random subset of 0..L-1, so a model meets position numbers beyond its
+training lengths) and the shuffled-positions intervention (lab/interventions.py) move positions.
+
 For the PCA view each class offers `table(n)` (per-position vectors, where they exist) and
 `relative_pattern(n)` (what the relative encodings impose instead).
 """
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional, Union
 
 import torch
 import torch.nn as nn
@@ -43,17 +48,24 @@ class PositionalEncoding(nn.Module):
         super().__init__()
         self.cfg = cfg
 
-    def embed(self, x: Tensor) -> Tensor:
-        """x: (B, T, d_model) token embeddings -> the residual stream input."""
+    def embed(self, x: Tensor, positions: Optional[Tensor] = None) -> Tensor:
+        """x: (B, T, d_model) token embeddings -> the residual stream input; `positions`: (T,) ids to read
+        instead of 0..T-1."""
         return x
 
-    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        """q: (B, H, Tq, d_head), k: (B, H, Tk, d_head)."""
+    def rotate(self, q: Tensor, k: Tensor, positions: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+        """q: (B, H, Tq, d_head), k: (B, H, Tk, d_head); `positions`: (T,) ids of both (self-attention)."""
         return q, k
 
-    def attn_bias(self, t_q: int, t_k: int, causal: bool, device: torch.device) -> Optional[Tensor]:
+    def attn_bias(self, t_q: int, t_k: int, causal: bool, device: torch.device,
+                  positions: Optional[Tensor] = None) -> Optional[Tensor]:
         """Additive score bias of shape (H, Tq, Tk), with -inf where masked; None = no bias."""
         return None
+
+    def rows(self) -> int:
+        """How many position ids the encoding's tables hold without computing more (n_ctx, or the
+        randomized range when it is longer)."""
+        return max(self.cfg.n_ctx, self.cfg.pos_range)
 
     def table(self, n: int) -> Optional[Tensor]:
         """(n, d_model) vectors added at positions 0..n-1, or None where there are none."""
@@ -78,10 +90,12 @@ class Sinusoidal(PositionalEncoding):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
-        self.register_buffer("pe", sinusoidal_table(cfg.n_ctx, cfg.d_model), persistent=False)
+        self.register_buffer("pe", sinusoidal_table(self.rows(), cfg.d_model), persistent=False)
 
-    def embed(self, x: Tensor) -> Tensor:
-        return x + self.table(x.shape[1]).to(x.dtype)  # (T, d) broadcasts over batch
+    def embed(self, x: Tensor, positions: Optional[Tensor] = None) -> Tensor:
+        if positions is None:
+            return x + self.table(x.shape[1]).to(x.dtype)  # (T, d) broadcasts over batch
+        return x + self.table(int(positions.max()) + 1)[positions].to(x.dtype)  # (T, d): the rows of those ids
 
     def table(self, n: int) -> Tensor:
         if n <= self.pe.shape[0]:
@@ -112,13 +126,15 @@ class Learned(PositionalEncoding):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__(cfg)
-        self.weight = nn.Parameter(torch.randn(cfg.n_ctx, cfg.d_model) * EMBED_STD)
+        # n_ctx rows; with randomized positions, one per id of their range (Ruoss et al. 2023's table of L)
+        self.weight = nn.Parameter(torch.randn(self.rows(), cfg.d_model) * EMBED_STD)
 
-    def embed(self, x: Tensor) -> Tensor:
+    def embed(self, x: Tensor, positions: Optional[Tensor] = None) -> Tensor:
         t = x.shape[1]
-        if t > self.weight.shape[0]:
-            raise ValueError(f"sequence length {t} exceeds model.n_ctx={self.weight.shape[0]} for 'learned'")
-        return x + self.weight[:t]
+        last = t if positions is None else int(positions.max()) + 1
+        if last > self.weight.shape[0]:
+            raise ValueError(f"sequence length {last} exceeds model.n_ctx={self.weight.shape[0]} for 'learned'")
+        return x + (self.weight[:t] if positions is None else self.weight[positions])  # (T, d)
 
     def table(self, n: int) -> Tensor:
         return self.weight[: min(n, self.weight.shape[0])].detach()
@@ -144,7 +160,7 @@ class Rotary(PositionalEncoding):
     def __init__(self, cfg: ModelConfig, base: float = 10000.0) -> None:
         super().__init__(cfg)
         self.base = base
-        cos, sin = self._tables(cfg.n_ctx)
+        cos, sin = self._tables(self.rows())
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
         self.register_buffer("sin_signed", _signed(sin), persistent=False)
@@ -156,13 +172,15 @@ class Rotary(PositionalEncoding):
         ang = torch.cat([ang, ang], dim=-1)  # (n, dh): the same angle for both halves of a pair
         return ang.cos().float(), ang.sin().float()
 
-    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        n = max(q.shape[-2], k.shape[-2])
+    def rotate(self, q: Tensor, k: Tensor, positions: Optional[Tensor] = None) -> tuple[Tensor, Tensor]:
+        n = max(q.shape[-2], k.shape[-2]) if positions is None else int(positions.max()) + 1
         if n <= self.cos.shape[0]:
             cos, sin = self.cos, self.sin_signed
         else:
             cos, sin = (t.to(q.device) for t in self._tables(n))
             sin = _signed(sin)
+        if positions is not None:  # (T, dh): the angles of those ids, in their order
+            cos, sin = cos[positions], sin[positions]
         return _apply_rotary(q, cos, sin), _apply_rotary(k, cos, sin)
 
     def relative_pattern(self, n: int) -> Tensor:
@@ -209,7 +227,14 @@ class ALiBi(PositionalEncoding):
         self.register_buffer("slopes", torch.tensor(alibi_slopes(cfg.n_heads)), persistent=False)
         self._cache: dict[tuple, Tensor] = {}
 
-    def attn_bias(self, t_q: int, t_k: int, causal: bool, device: torch.device) -> Tensor:
+    def attn_bias(self, t_q: int, t_k: int, causal: bool, device: torch.device,
+                  positions: Optional[Tensor] = None) -> Tensor:
+        if positions is not None:  # -m_h |p_i - p_j| between those ids (drawn anew each step: not cached)
+            dist = (positions[:, None] - positions[None, :]).abs().float()  # (T, T)
+            bias = -self.slopes.to(device)[:, None, None] * dist.to(device)  # (H, T, T)
+            if causal:
+                bias = bias.masked_fill(torch.ones(t_q, t_k, dtype=torch.bool, device=device).triu(1), float("-inf"))
+            return bias
         key = (t_q, t_k, causal, str(device))
         bias = self._cache.get(key)
         if bias is None:
@@ -241,6 +266,57 @@ def alibi_slopes(n_heads: int) -> list[float]:
         return power_of_two(n_heads)
     closest = 2 ** math.floor(math.log2(n_heads))
     return power_of_two(closest) + power_of_two(2 * closest)[0::2][: n_heads - closest]
+
+
+class Placed:
+    """An encoding read at other position ids than 0..T-1 for one forward pass: `ids(t)` gives the (t,) ids
+    of a sequence of t tokens, drawn once per length and pass, so the embedding and every layer read the
+    same ones. Self-attention only: where queries and keys differ in length (cross-attention gets no
+    positional hooks anyway) the encoding's own ids apply.
+
+    - Randomized positions (Ruoss et al. 2023, "Randomized Positional Encodings Boost Length Generalization
+      of Transformers", sec. 3): in training, ids are an ordered random subset of 0..L-1 (`random_ids`),
+      so every id up to L is trained and a longer test sequence reads ids the model has met; at test the
+      real positions 0..T-1 apply.
+    - The shuffled-positions intervention (lab/interventions.py): token i reads position order[i].
+    """
+
+    def __init__(self, pe: PositionalEncoding, ids: Callable[[int], Tensor]) -> None:
+        self.pe, self._ids, self._drawn = pe, ids, {}
+
+    def ids(self, t: int, device: torch.device) -> Tensor:
+        if t not in self._drawn:
+            self._drawn[t] = self._ids(t).to(device)
+        return self._drawn[t]
+
+    def embed(self, x: Tensor) -> Tensor:
+        return self.pe.embed(x, self.ids(x.shape[1], x.device))
+
+    def rotate(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        if q.shape[-2] != k.shape[-2]:
+            return self.pe.rotate(q, k)
+        return self.pe.rotate(q, k, self.ids(q.shape[-2], q.device))
+
+    def attn_bias(self, t_q: int, t_k: int, causal: bool, device: torch.device) -> Optional[Tensor]:
+        if t_q != t_k:
+            return self.pe.attn_bias(t_q, t_k, causal, device)
+        return self.pe.attn_bias(t_q, t_k, causal, device, self.ids(t_q, device))
+
+
+PassEncoding = Union[PositionalEncoding, Placed]  # what a forward pass's layers read (lab/model.py)
+
+
+def random_ids(span: int) -> Callable[[int], Tensor]:
+    """Ruoss et al. 2023's training positions: t distinct ids of 0..span-1, in increasing order (torch's
+    global generator, seeded by the trainer as dropout's masks are)."""
+
+    def ids(t: int) -> Tensor:
+        if t > span:
+            raise ValueError(f"Randomized positions: a sequence of {t} tokens needs a range of at least {t}, "
+                             f"not {span}")
+        return torch.randperm(span)[:t].sort().values  # (t,)
+
+    return ids
 
 
 REGISTRY: dict[str, type[PositionalEncoding]] = {

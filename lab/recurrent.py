@@ -1,4 +1,4 @@
-"""Recurrent baselines: the LSTM and the GRU that "Attention Is All You Need" argues against.
+"""Recurrent baselines: the plain RNN, the LSTM and the GRU that "Attention Is All You Need" argues against.
 
 Vaswani et al. (2017, sec. 1 and 4) discard recurrence because a recurrent layer computes h_t from
 h_{t-1}: O(n) sequential operations per layer, against O(1) for self-attention, and a path of length n
@@ -6,6 +6,9 @@ between the first and the last position. These models let a student measure both
 tasks: an embedding, stacked recurrent layers of width d_model, and a linear head, reading the same
 decoder-only `prompt | answer` sequence as the Transformer, so every task, loss and metric applies.
 
+- RNN: Elman (1990), h_t = tanh(W_ih x_t + b_ih + W_hh h_{t-1} + b_hh), as torch.nn.RNN. Delétang et al.
+  (2023) found this plain recurrence generalizes to longer inputs on regular tasks (parity, even pairs,
+  cycle navigation) where a Transformer does not.
 - LSTM: Hochreiter & Schmidhuber (1997), with the forget gate of Gers et al. (2000), as torch.nn.LSTM.
 - GRU: Cho et al. (2014), as torch.nn.GRU.
 
@@ -24,12 +27,13 @@ from lab.config import GATES, ModelConfig
 from lab.model import ModelOutput, dropout, lm_loss
 from lab.positional import EMBED_STD
 
-CELLS: dict[str, type[nn.RNNBase]] = {"lstm": nn.LSTM, "gru": nn.GRU}
+CELLS: dict[str, type[nn.RNNBase]] = {"rnn": nn.RNN, "lstm": nn.LSTM, "gru": nn.GRU}
 
 
 def layer_params(cell: str, d: int) -> int:
-    """Closed form for one recurrent layer of width d reading width d: each gate has an input matrix
-    (d x d), a recurrent matrix (d x d) and torch's two bias vectors (b_ih, b_hh): gates * (2 d^2 + 2 d)."""
+    """Closed form for one recurrent layer of width d reading width d: each gate (the RNN's one update) has
+    an input matrix (d x d), a recurrent matrix (d x d) and torch's two bias vectors (b_ih, b_hh):
+    gates * (2 d^2 + 2 d)."""
     return GATES[cell] * (2 * d * d + 2 * d)
 
 

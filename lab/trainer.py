@@ -5,9 +5,10 @@ One loop (`fit`) serves one run alone (`train`) and k seed repeats trained as on
 snapshots, logging, stopping and the results, and asks a `Stepper` only for the optimisation step. No
 threads and no files here (see lab/engine/). Reproducible from the seed: the model is
 initialised from a forked global RNG seeded with `train.seed`, the data come from a per-run
-`torch.Generator`, and dropout masks from the global RNG seeded with `train.seed` at the start, so
-two runs with one config give the same numbers on the same device (with dropout, when no other
-run trains in the same process at the same time: the app's worker processes run one at a time).
+`torch.Generator`, and dropout masks and randomized positions' ids from the global RNG seeded with
+`train.seed` at the start, so two runs with one config give the same numbers on the same device (with
+those draws, when no other run trains in the same process at the same time: the app's worker processes
+run one at a time).
 Checkpoints (lab/checkpoint.py) are taken at evaluation points and when a run stops or ends, if asked for
 (`on_checkpoint`); `train(cfg, resume=checkpoint)` goes on from one, bit for bit on the same device and
 thread count. A continuation to a larger `train.steps` follows the new total's learning-rate schedule,
@@ -57,7 +58,7 @@ class TrainResult:
 
 def build_model(cfg: RunConfig, device: torch.device | str = "cpu") -> Transformer | RecurrentLM:
     """A freshly initialised model for this config, seeded from `train.seed`: a Transformer, or a recurrent
-    baseline (lab/recurrent.py) for arch lstm / gru."""
+    baseline (lab/recurrent.py) for arch rnn / lstm / gru."""
     vocab = get_task(cfg.task.name).vocab_size(cfg.task)
     with _INIT_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.train.seed)
@@ -280,9 +281,11 @@ class SoloStepper:
         tc = cfg.train
         self.tc, self.net = tc, build_model(cfg, device)
         self.net.train()
-        self.device, self.dropout = device, cfg.model.dropout > 0
-        if self.dropout:  # dropout masks come from the global generator: seed it per run, so a
-            torch.manual_seed(tc.seed)  # worker process (one run at a time, job after job) repeats a run exactly
+        # dropout masks and randomized positions' ids (lab/positional.py) come from the global generator
+        self.draws = cfg.model.dropout > 0 or (cfg.model.pos_range > 0 and cfg.model.arch not in RECURRENT)
+        self.device = device
+        if self.draws:  # seed it per run, so a worker process (one run at a time, job after job) and a
+            torch.manual_seed(tc.seed)  # notebook repeat a run exactly
         self.opt = make_optimizer(self.net, tc)
         self.next_batch = batch_source(cfg, device)
         self.params = list(self.net.parameters())  # once: model.parameters() walks every module each call
@@ -305,11 +308,11 @@ class SoloStepper:
         """Nothing to drop: a stopped run alone ends the loop."""
 
     def state(self, j: int) -> RunState:
-        return capture(self.net, self.opt, self.next_batch, self.dropout, self.device)
+        return capture(self.net, self.opt, self.next_batch, self.draws, self.device)
 
     def restore(self, state: RunState, step: int) -> None:
         """Go on from a checkpoint's state at `step` (before the first step; lab/checkpoint.py)."""
-        restore(state, step, self.net, self.opt, self.next_batch, self.dropout, self.device)
+        restore(state, step, self.net, self.opt, self.next_batch, self.draws, self.device)
 
 
 def train(

@@ -228,7 +228,7 @@ def _every_field_changed() -> RunConfig:
         model=ModelConfig(
             arch="encoder-decoder", n_layers=3, n_heads=2, d_model=48, d_ff=96, dropout=0.1,
             activation="swiglu", norm="post", pos="sinusoidal", n_ctx=200, head_dim=12, scale="none",
-            residual="off", norm_type="rmsnorm", qk_norm="on",
+            residual="off", norm_type="rmsnorm", qk_norm="on", pos_range=64,
         ),
         task=TaskConfig(
             name="sort", min_len=2, max_len=10, ood_len=15, n_symbols=5, modulus=13, train_fraction=0.5,

@@ -50,7 +50,7 @@ def test_every_axis_sets_its_field(axis):
     values = {"PE": "sinusoidal, none", "norm": "post, none", "heads": "1, 4", "layers": "1, 3",
               "d_model": "16, 32", "seed": "0, 5", "activation": "relu, swiglu", "d_head": "4, 16",
               "scaling": "sqrt, none", "residual": "on, off", "norm type": "layernorm, rmsnorm",
-              "QK-norm": "off, on", "arch": "decoder, lstm", "lr": "0.001, 0.03", "warmup": "0, 50"}[axis]
+              "QK-norm": "off, on", "random positions": "0, 64", "arch": "decoder, rnn", "lr": "0.001, 0.03", "warmup": "0, 50"}[axis]
     cfgs = build_grid(BASE, [(axis, values)])
     sec, name = AXES[axis].field.split(".")
     got = [getattr(getattr(c, sec), name) for c in cfgs]
@@ -74,7 +74,7 @@ def test_every_axis_sets_its_field(axis):
     ([("seed", "")], "grid.seed", ["no values"]),
     ([("PE", "rope"), ("PE", "alibi")], "grid.PE", ["chosen twice"]),
     ([("width", "1")], "grid.axis", ["'width'", "arch, PE, norm, heads, layers, d_model, activation, d_head, "
-                                      "scaling, residual, norm type, QK-norm, lr, warmup, seed"]),
+                                      "scaling, residual, norm type, QK-norm, random positions, lr, warmup, seed"]),
     ([], "grid", ["at least one axis"]),
     ([("PE", "rope"), ("norm", "pre"), ("seed", "1"), ("layers", "1")], "grid", ["4 axes", "1 to 3"]),
 ])

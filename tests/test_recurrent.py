@@ -53,7 +53,7 @@ def test_parameter_count_closed_form_equals_module_and_torch(cell, d, layers):
     assert sum(formula.values()) == model.num_params()
     recurrent = sum(p.numel() for p in model.layers.parameters())
     assert formula["recurrent"] == recurrent == sum(p.numel() for p in as_torch_stack(model).parameters())
-    gates = {"lstm": 4, "gru": 3}[cell]
+    gates = {"rnn": 1, "lstm": 4, "gru": 3}[cell]
     assert layer_params(cell, d) == gates * (2 * d * d + 2 * d)  # written out: W_ih, W_hh, b_ih, b_hh per gate
 
 
@@ -120,6 +120,6 @@ def test_the_transformer_refuses_a_recurrent_architecture():
     from lab.fields import ConfigError
     from lab.model import Transformer
 
-    for arch in ("lstm", "gru"):
+    for arch in ("rnn", "lstm", "gru"):
         with pytest.raises(ConfigError, match=f"model.arch: '{arch}' is a recurrent baseline, not a Transformer"):
             Transformer(ModelConfig(arch=arch, n_heads=1, d_ff=0, norm="none", pos="none"), 10)

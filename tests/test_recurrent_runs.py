@@ -30,7 +30,10 @@ def test_an_lstm_and_a_transformer_of_about_the_same_size_have_closed_form_count
     assert sum(param_breakdown(tf).values()) == L * (12 * d * d + 13 * d) + 2 * d + 2 * V * d + 32 * d == 103_552
     d = 80
     assert sum(param_breakdown(lstm).values()) == L * 4 * (2 * d * d + 2 * d) + 2 * V * d == 105_440
-    for cfg in (tf, lstm, run_config(ModelConfig(arch="gru", d_model=96), task)):
+    d = 120
+    rnn = run_config(ModelConfig(arch="rnn", d_model=d), task)
+    assert sum(param_breakdown(rnn).values()) == L * (2 * d * d + 2 * d) + 2 * V * d == 60_720  # Elman: one update
+    for cfg in (tf, lstm, rnn, run_config(ModelConfig(arch="gru", d_model=96), task)):
         assert param_breakdown(cfg) == module_params(build_model(cfg))
 
 

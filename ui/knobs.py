@@ -151,7 +151,7 @@ TASK_SHOWN = tuple(k for k in KNOBS if k.key.startswith("task.") and k.key != "t
 LENGTH_KEYS = ("task.min_len", "task.max_len")
 
 
-# The model knobs a recurrent model does not read: greyed out, saying why, while lstm or gru is chosen
+# The model knobs a recurrent model does not read: greyed out, saying why, while rnn, lstm or gru is chosen
 ARCH_BOUND = tuple(k for k in KNOBS if k.key.startswith("model.") and k.key not in RECURRENT_READS)
 
 

@@ -199,7 +199,7 @@ class Induction(TaskShape):
     def check(self, cfg, arch):
         if arch == "encoder-decoder":
             raise ConfigError("task.name", "'induction' is a language-model task: it needs one sequence "
-                              "(model.arch 'decoder', 'lstm' or 'gru')")
+                              "(model.arch 'decoder', 'rnn', 'lstm' or 'gru')")
         if cfg.min_len < 4:
             raise ConfigError("task.min_len", f"{cfg.min_len} is too short for 'induction' (allowed: >= 4)")
 
@@ -260,7 +260,7 @@ class Text(TaskShape):
     def check(self, cfg, arch):
         if arch == "encoder-decoder":
             raise ConfigError("task.name", "'text' is a language-model task: it needs one sequence "
-                              "(model.arch 'decoder', 'lstm' or 'gru')")
+                              "(model.arch 'decoder', 'rnn', 'lstm' or 'gru')")
         if cfg.min_len < 2:
             raise ConfigError("task.min_len", f"{cfg.min_len} is too short for 'text' (allowed: >= 2: a "
                               "character and the next one)")
