@@ -146,7 +146,7 @@ def perturbed(seed: int = 0, **keywords: Any) -> Any:
 @pytest.mark.parametrize("keywords", [
     {"norm_type": "rmsnorm"}, {"scale": "none"}, {"qk_norm": "on", "norm_type": "rmsnorm", "pos": "rope"},
     {"pos": "alibi", "n_heads": 4}, {"norm": "none", "activation": "relu"}, {"d_ff": 0, "activation": "swiglu"},
-    {"head_dim": 12, "pos": "rope", "norm_type": "rmsnorm", "scale": "none"},
+    {"head_dim": 12, "pos": "rope", "norm_type": "rmsnorm", "scale": "none"}, {"pos_range": 64},  # randomized
 ], ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
 def test_each_setting_transformerlens_expresses_gives_the_same_numbers(keywords: dict, tl: types.ModuleType) -> None:
     ours = perturbed(**keywords)

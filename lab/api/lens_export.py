@@ -93,7 +93,9 @@ def _eps(model: Transformer) -> float:
 def lens_config(model: Transformer) -> dict[str, Any]:
     """The HookedTransformerConfig keywords of `model` (TransformerLens's names for its settings)."""
     cfg, weight = model.cfg, model.tok_emb.weight
-    return {"n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_ctx": cfg.n_ctx, "d_head": cfg.d_head,
+    # n_ctx: the positions' table's rows (with randomized positions, a learned table holds one per id of the
+    # range; at inference, as here, the real positions read its first rows)
+    return {"n_layers": cfg.n_layers, "d_model": cfg.d_model, "n_ctx": model.pos.rows(), "d_head": cfg.d_head,
             "n_heads": cfg.n_heads, "d_mlp": cfg.d_mlp if cfg.d_ff else None, "attn_only": cfg.attn_only,
             "d_vocab": model.vocab_size, "act_fn": cfg.act_fn, "normalization_type": cfg.normalization_type,
             "eps": _eps(model), "use_attn_scale": cfg.scale == "sqrt", "use_attn_result": True,  # hook_result, as here
@@ -110,7 +112,7 @@ def lens_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
     if model.cfg.pos == "learned":
         sd["pos_embed.W_pos"] = model.W_pos
     elif model.cfg.pos == "alibi":  # TransformerLens builds a W_pos for ALiBi too, and never reads it: zeros
-        sd["pos_embed.W_pos"] = torch.zeros(model.cfg.n_ctx, model.cfg.d_model, dtype=model.W_E.dtype)
+        sd["pos_embed.W_pos"] = torch.zeros(model.pos.rows(), model.cfg.d_model, dtype=model.W_E.dtype)
     norms = [(f"blocks.{i}.{name}", getattr(block, name)) for i, block in enumerate(model.blocks)
              for name in ("ln1", "ln2")] + [("ln_final", model.dec_norm)]
     for i, block in enumerate(model.blocks):
