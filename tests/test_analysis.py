@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lab.params import COMPONENTS, block_params, module_params, param_breakdown, param_formula
+from lab.derived import default_lengths
 from lab.views.analysis import allowed_symbols, attention, load_model, parse_probe, positional_view, \
     probe_symbols, sampled_probe
 from lab.config import ARCHS, TRANSFORMERS, NORMS, POS_ENCODINGS, RECURRENT, TASK_NAMES, ConfigError, ModelConfig
@@ -48,7 +49,8 @@ def test_param_formula_equals_module_count(arch, norm, pos, d_ff):
 
 @pytest.mark.parametrize("task", TASK_NAMES)
 def test_param_breakdown_uses_each_tasks_vocabulary(task):
-    cfg = tiny_config(ANALYSIS, task=task, max_len=6, n_ctx=64, min_len=4 if get_task(task).lm else 1)
+    cfg = tiny_config(ANALYSIS, task=task, max_len=6, n_ctx=64,
+                      min_len=4 if get_task(task).lm else default_lengths(task)[0])
     model = build_model(cfg)
     assert model.vocab_size == get_task(task).vocab_size(cfg.task)
     assert param_breakdown(cfg) == module_params(model)

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # torch at one intra-op thre
 
 
 def small(name: str, **kw) -> TaskConfig:
-    base = dict(name=name, min_len=4 if get_task(name).lm else 1, max_len=6, n_symbols=6, modulus=11)
+    shortest = 4 if get_task(name).lm else 3 if name == "binary_addition" else 1  # a bit, '+', a bit
+    base = dict(name=name, min_len=shortest, max_len=6, n_symbols=6, modulus=11)
     return TaskConfig(**{**base, **kw})
 
 
@@ -35,22 +36,32 @@ def gen(seed: int = 0) -> torch.Generator:
 
 
 def split_layout(task, cfg: TaskConfig, arch: str, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Check the batch layout and return (prompt, answer), each (n, len)."""
+    """Check the batch layout and return (prompt, answer), each (n, len); the answer holds IGNORE_INDEX where
+    it is not scored (the padding after 'end' of two tasks: compare with `scored_answer`)."""
     sep = task.sep(cfg)
     if arch == "encoder-decoder":
         assert b.src is not None
-        assert (b.tgt != IGNORE_INDEX).all()  # every decoder position is an answer position
+        assert (b.tgt[:, 0] != IGNORE_INDEX).all()  # the answer's first token is always scored
         assert (b.inp[:, 0] == sep).all()
-        assert torch.equal(b.inp[:, 1:], b.tgt[:, :-1])  # teacher forcing: shifted answer
+        fed = b.tgt[:, :-1] != IGNORE_INDEX
+        assert torch.equal(b.inp[:, 1:][fed], b.tgt[:, :-1][fed])  # teacher forcing: shifted answer
         return b.src, b.tgt
     assert b.src is None
-    n_ans = int((b.tgt[0] != IGNORE_INDEX).sum())
-    p = b.inp.shape[1] - n_ans  # inp = prompt SEP answer[:-1]
+    p = int((b.inp[0] == sep).long().argmax())  # inp = prompt SEP answer[:-1]: the first SEP
+    assert (b.inp[:, p] == sep).all() and (b.inp[:, :p] != sep).all()
     assert (b.tgt[:, :p] == IGNORE_INDEX).all()  # non-answer positions are not scored
-    assert (b.tgt[:, p:] != IGNORE_INDEX).all()
-    assert (b.inp[:, p] == sep).all()
-    assert torch.equal(b.inp[:, p + 1:], b.tgt[:, p:-1])
+    assert (b.tgt[:, p] != IGNORE_INDEX).all()
+    fed = b.tgt[:, p:-1] != IGNORE_INDEX
+    assert torch.equal(b.inp[:, p + 1:][fed], b.tgt[:, p:-1][fed])
     return b.inp[:, :p], b.tgt[:, p:]
+
+
+def scored_answer(name: str, answer: list[int]) -> list[int]:
+    """A right answer as the batch scores it: every token, but for the tasks whose answers end with 'end' and
+    padding, IGNORE_INDEX after 'end' (Delétang et al. 2023's accuracy mask), by a Python loop."""
+    end = {"stack_manipulation": 5, "binary_addition": 3}.get(name)
+    cut = answer.index(end) + 1 if end in answer else len(answer)
+    return [t if i < cut else IGNORE_INDEX for i, t in enumerate(answer)]
 
 
 def python_answer(name: str, cfg: TaskConfig, prompt: list[int]) -> list[int]:
@@ -73,6 +84,40 @@ def python_answer(name: str, cfg: TaskConfig, prompt: list[int]) -> list[int]:
         return [sum(prompt) % 2]
     if name == "histogram":
         return [cfg.n_symbols + prompt.count(x) - 1 for x in prompt]
+    return chomsky_answer(name, prompt)
+
+
+def chomsky_answer(name: str, prompt: list[int]) -> list[int]:
+    """The tasks of Delétang et al. 2023, from their definitions, with Python strings, lists and eval."""
+    if name == "even_pairs":
+        text = "".join("ab"[t] for t in prompt)
+        pairs = sum(text[i:i + 2] in ("ab", "ba") for i in range(len(text) - 1))
+        return [2 if pairs % 2 == 0 else 3]  # 'even', 'odd'
+    if name == "cycle_navigation":
+        where = 0
+        for t in prompt:
+            where = (where + {0: 0, 1: 1, 2: -1}[t]) % 5
+        return [3 + where]  # '@0' .. '@4'
+    if name in ("modular_arithmetic", "modular_arithmetic_brackets"):
+        text = "".join("01234+-*()"[t] for t in prompt)
+        return [eval(text) % 5]  # Python's precedence: * before + and -; unary minus
+    if name == "stack_manipulation":
+        stack: list[int] = []
+        for t in prompt:
+            if t == 2:
+                stack = stack[:-1]
+            else:
+                stack.append(t if t < 2 else t - 3)
+        out = stack[::-1] + [5]
+        return out + [6] * (len(prompt) + 1 - len(out))  # 'end', then '_'
+    if name == "odds_first":
+        return prompt[0::2] + prompt[1::2]
+    if name == "binary_addition":
+        plus = prompt.index(2)
+        x, y = (int("".join(map(str, bits[::-1])), 2) for bits in (prompt[:plus], prompt[plus + 1:]))
+        assert x > 0 and y > 0  # uniform on 1 .. 2^bits - 1
+        out = [int(c) for c in bin(x + y)[2:][::-1]] + [3]
+        return out + [4] * (len(prompt) + 1 - len(out))
     raise AssertionError(name)
 
 
@@ -116,11 +161,12 @@ def test_answers_are_right(name, arch):
         prompt, answer = split_layout(task, cfg, arch, b)
         assert prompt.shape[1] == task.prompt_len(cfg, length)
         assert answer.shape[1] == task.answer_len(cfg, length)
-        assert (prompt >= 0).all() and (prompt < task.sep(cfg)).all() and (answer >= 0).all()
-        assert (b.inp < task.vocab_size(cfg)).all() and (answer < task.vocab_size(cfg)).all()
-        assert (answer != task.sep(cfg)).all()
+        assert (prompt >= 0).all() and (prompt < task.prompt_symbols(cfg)).all()  # prompt symbols only
+        scored = answer != IGNORE_INDEX
+        assert (answer[scored] >= 0).all() and (answer[scored] < task.sep(cfg)).all()
+        assert (b.inp < task.vocab_size(cfg)).all() and (b.inp >= 0).all()
         for p, a in zip(prompt.tolist(), answer.tolist()):
-            assert a == python_answer(name, cfg, p), (p, a)
+            assert a == scored_answer(name, python_answer(name, cfg, p)), (p, a)
 
 
 @pytest.mark.parametrize("name, arch", CASES)
@@ -336,7 +382,7 @@ def test_the_gpu_batch_source_gives_right_answers_at_training_lengths(name, arch
         length = int(torch.randint(cfg.task.min_len, cfg.task.max_len + 1, (1,), generator=lengths))
         assert prompt.shape == (8, task.prompt_len(cfg.task, length))
         for p, ans in zip(prompt.tolist(), answer.tolist()):
-            assert ans == python_answer(name, cfg.task, p)
+            assert ans == scored_answer(name, python_answer(name, cfg.task, p))
         seen.add(prompt.shape[1])
     assert seen == {task.prompt_len(cfg.task, n) for n in task.lengths(cfg.task, "train")}
     cpu = batch_source(cfg, torch.device("cpu"))()  # the CPU path: one generator, as task.batch alone

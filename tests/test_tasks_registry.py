@@ -72,9 +72,12 @@ def test_only_the_text_task_has_a_unigram_baseline():
 PINNED = "3544b1c021e6c218cbaec2fc92faec54406d26072211f16ce67403086911f8b0"
 
 
+PINNED_TASKS = ("copy", "reverse", "sort", "addition", "modular_addition", "induction", "parity", "histogram", "text")
+
+
 def test_batches_are_the_pinned_random_streams():
     digest = hashlib.sha256()
-    for name in TASK_NAMES:
+    for name in PINNED_TASKS:
         task = tasks.get_task(name)
         cfg = TaskConfig(name=name, min_len=4 if task.lm else 1, max_len=6, n_symbols=7, modulus=13)
         for arch in TRANSFORMERS if not task.lm else ("decoder",):

@@ -61,7 +61,7 @@ def agree(a: torch.Tensor, b: torch.Tensor, name: str = "", scaled: bool = False
     round to a few units in 1e-7 of the activations they add, and a model with perturbed weights and no
     norms carries activations in the tens, so the same two computations differ by more than 1e-5 on some
     CPUs (their matrix kernels add in other orders)."""
-    atol = ATOL * max(1.0, float(b.abs().max())) if scaled and b.numel() else ATOL
+    atol = ATOL * max(1.0, float(b.detach().abs().max())) if scaled and b.numel() else ATOL
     torch.testing.assert_close(a, b, atol=atol, rtol=RTOL, msg=name)
 
 

@@ -10,103 +10,27 @@ fails if a shape has none or a generator names no shape. A task's sizes read thr
 A decoder-only model reads `prompt SEP answer` and is scored on the answer positions only (minGPT's
 ignore_index convention); an encoder-decoder reads the prompt in the encoder and `SEP answer[:-1]` in the
 decoder. Language-model tasks (induction, text) produce one sequence and a mask of scored positions.
-Every batch uses a single length, so no padding or padding masks are ever needed. A batch is made
+Every batch uses a single length, so no padding mask is ever needed; the few answers that end early (stack
+manipulation, binary addition) are padded to their length's size, and the padding is not scored. A batch is made
 on its generator's device (a CUDA generator makes it on the GPU: no copy per training step).
 Exact-match under teacher forcing equals greedy decoding being right: every step's argmax is the answer.
 """
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
 
 import torch
 from torch import Tensor
 
+import lab.tasks.chomsky  # noqa: F401 - registers the other tasks of Delétang et al. 2023
 import lab.tasks.shapes as shapes
 import lab.textdata as textdata
-from lab.tasks.shapes import IGNORE_INDEX
 from lab.config import TaskConfig
+from lab.tasks.generator import PROBE_SEED, Batch, Task, draw_length  # noqa: F401 - the generators' base, re-exported
+from lab.tasks.shapes import IGNORE_INDEX
 
 EVAL_SEED = 1_000_003  # held-out batches never share the training generator's stream
 EVAL_SPLITS = {"train": 2, "eval": 0, "ood": 1}  # split -> offset of its fixed batches' seed from EVAL_SEED
-PROBE_SEED = 7
-
-
-def draw_length(cfg: TaskConfig, gen: torch.Generator) -> int:
-    """A training batch's task length, uniform over [min_len, max_len] (a sync on a GPU generator)."""
-    return int(torch.randint(cfg.min_len, cfg.max_len + 1, (1,), generator=gen, device=gen.device))
-
-
-@dataclass(frozen=True)
-class Batch:
-    inp: Tensor  # (B, T) decoder input tokens
-    tgt: Tensor  # (B, T) next-token targets, IGNORE_INDEX where not scored
-    src: Optional[Tensor] = None  # (B, S) encoder input (encoder-decoder only)
-
-    def to(self, device: torch.device | str) -> "Batch":
-        src = None if self.src is None else self.src.to(device, non_blocking=True)
-        return Batch(self.inp.to(device, non_blocking=True), self.tgt.to(device, non_blocking=True), src)
-
-
-class Task:
-    """How to generate a task's batches; subclasses define the prompt and its answer. A subclass names its
-    task (`class Copy(Task, task="copy")`); an instance holds the task's shape (lab/tasks/shapes.py), whose
-    sizes and rules (`vocab_size`, `sep`, `lengths`, `lm`, ...) read through the generator."""
-
-    generators: ClassVar[dict[str, type["Task"]]] = {}  # task name -> its generator class
-
-    def __init_subclass__(cls, task: str = "", **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if task:
-            if task in Task.generators:
-                first = Task.generators[task].__name__
-                raise TypeError(f"task {task!r} has two generators: {first}, {cls.__name__}")
-            Task.generators[task] = cls
-
-    def __init__(self, shape: shapes.TaskShape) -> None:
-        self.shape = shape
-
-    def __getattr__(self, attr: str) -> Any:
-        """The shape's attributes and methods, for what the generator does not define itself."""
-        if attr.startswith("__") or attr == "shape":  # copying and pickling look these up before __init__
-            raise AttributeError(attr)
-        return getattr(self.shape, attr)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.shape.name!r})"
-
-    def gen_prompt(self, cfg: TaskConfig, length: int, n: int, gen: torch.Generator, split: str) -> Tensor:
-        return torch.randint(0, cfg.n_symbols, (n, length), generator=gen, device=gen.device)
-
-    def solve(self, cfg: TaskConfig, prompt: Tensor) -> Tensor:
-        raise NotImplementedError
-
-    def predictable(self, tgt: Tensor) -> Optional[Tensor]:
-        """(B, T) mask of the scored positions a perfect model can get right, for tasks where some scored
-        positions cannot be predicted (induction); None where every scored position can be."""
-        return None
-
-    def batch(self, cfg: TaskConfig, arch: str, n: int, gen: torch.Generator,
-              length: Optional[int] = None, split: str = "train") -> Batch:
-        length = draw_length(cfg, gen) if length is None else length
-        prompt = self.gen_prompt(cfg, length, n, gen, split)  # (n, P)
-        return self.layout(cfg, arch, prompt, self.solve(cfg, prompt))
-
-    def probe_batch(self, cfg: TaskConfig, arch: str) -> Batch:
-        """The fixed probe input: one held-out sample at max_len, from its own seed."""
-        gen = torch.Generator().manual_seed(PROBE_SEED)
-        return self.batch(cfg, arch, 1, gen, cfg.max_len, "eval")
-
-    def layout(self, cfg: TaskConfig, arch: str, prompt: Tensor, answer: Tensor) -> Batch:
-        n, p = prompt.shape
-        sep = torch.full((n, 1), self.shape.sep(cfg), dtype=torch.long, device=prompt.device)
-        if arch == "encoder-decoder":
-            return Batch(inp=torch.cat([sep, answer[:, :-1]], 1), tgt=answer.clone(), src=prompt)
-        full = torch.cat([prompt, sep, answer], 1)  # (n, P + 1 + A)
-        tgt = full[:, 1:].clone()
-        tgt[:, :p] = IGNORE_INDEX  # score the answer only
-        return Batch(inp=full[:, :-1].contiguous(), tgt=tgt)
 
 
 class Copy(Task, task="copy"):

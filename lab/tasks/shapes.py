@@ -52,9 +52,21 @@ class TaskShape:
     default_lengths: Optional[tuple[int, int]] = None
     # the task config fields (besides name) this task reads; the app hides the others while it is chosen
     reads: frozenset[str] = frozenset({"min_len", "max_len", "ood_len", "n_symbols"})
+    # its class in Delétang et al. 2023 (Table 1: "R" regular, "DCF" deterministic context-free, "CS"
+    # context-sensitive) and the paper's name for it, where the paper has the task; docs/SCIENCE.md says why
+    chomsky: Optional[str] = None
+    paper_task: str = ""
 
     def n_symbols(self, cfg: TaskConfig) -> int:
         return cfg.n_symbols
+
+    def prompt_symbols(self, cfg: TaskConfig) -> int:
+        """How many token ids, from 0, a prompt may hold (the rest of the symbols are answers only)."""
+        return self.n_symbols(cfg)
+
+    def check_prompt(self, cfg: TaskConfig, tokens: list[int]) -> Optional[str]:
+        """Why a typed prompt (token ids, each a prompt symbol) is not an input of this task, or None."""
+        return None
 
     def prompt_len(self, cfg: TaskConfig, length: int) -> int:
         return length
@@ -108,14 +120,18 @@ class TaskShape:
 
 class Copy(TaskShape):
     name, description = "copy", "Repeat the input sequence."
+    # prompt SEP answer is w|w: the language {w#w} is context-sensitive (the paper's Duplicate String writes ww)
+    chomsky, paper_task = "CS", "Duplicate String"
 
 
 class Reverse(TaskShape):
     name, description = "reverse", "Write the input backwards."
+    chomsky, paper_task = "DCF", "Reverse String"  # w#w^R: a stack suffices
 
 
 class Sort(TaskShape):
     name, description = "sort", "Sort the symbols in ascending order (half the samples with many repeats)."
+    chomsky, paper_task = "CS", "Bucket Sort"
 
 
 class Addition(TaskShape):
@@ -135,6 +151,12 @@ class Addition(TaskShape):
 
     def symbol_label(self, cfg, tok):
         return "+" if tok == 10 else str(tok)
+
+    def check_prompt(self, cfg, tokens):
+        n = len(tokens)
+        if n % 2 == 0 or tokens.count(10) != 1 or tokens[n // 2] != 10:
+            return "addition needs two numbers of equal length joined by '+', e.g. 123+456"
+        return None
 
 
 class ModularAddition(TaskShape):
@@ -160,17 +182,147 @@ class ModularAddition(TaskShape):
     def label(self, cfg, tok):
         return "=" if tok == self.sep(cfg) else str(tok)
 
+    def check_prompt(self, cfg, tokens):
+        return None if len(tokens) == 2 else f"has {len(tokens)} symbols (allowed: exactly 2, e.g. '5 7')"
+
 
 class Parity(TaskShape):
     name, description = "parity", "Is the number of 1s odd? One answer token."
     headline = (EXACT_MATCH, LOSS)
     reads = frozenset({"min_len", "max_len", "ood_len"})  # bits: no alphabet size
+    chomsky, paper_task = "R", "Parity Check"
 
     def n_symbols(self, cfg):
         return 2
 
     def answer_len(self, cfg, length):
         return 1
+
+
+# ---- the other tasks of Delétang et al. 2023 (lab/tasks/chomsky.py generates them) ----------------------------
+class Labelled(TaskShape):
+    """A task with a fixed alphabet of named symbols (`symbols`), the first `inputs` of which a prompt holds;
+    no alphabet size to set."""
+
+    symbols: tuple[str, ...] = ()
+    inputs = 0
+    reads = frozenset({"min_len", "max_len", "ood_len"})
+
+    def n_symbols(self, cfg):
+        return len(self.symbols)
+
+    def prompt_symbols(self, cfg):
+        return self.inputs
+
+    def symbol_label(self, cfg, tok):
+        return self.symbols[tok]
+
+
+class EvenPairs(Labelled):
+    """A string of a and b: is the number of 'ab' and 'ba' pairs even? (It is iff the first and the last
+    symbol agree: a finite automaton with 4 states decides it.)"""
+
+    name, description = "even_pairs", "Is the number of ab and ba pairs even? One answer token."
+    chomsky, paper_task = "R", "Even Pairs"
+    headline = (EXACT_MATCH, LOSS)
+    symbols, inputs = ("a", "b", "even", "odd"), 2
+
+    def answer_len(self, cfg, length):
+        return 1
+
+
+class CycleNavigation(Labelled):
+    """Moves on a cycle of 5 positions from position 0: stay, +1 or -1; where does it end?"""
+
+    name, description = "cycle_navigation", "Walk a cycle of 5 (stay, +1, -1) from 0; where do you end?"
+    chomsky, paper_task = "R", "Cycle Navigation"
+    headline = (EXACT_MATCH, LOSS)
+    symbols, inputs = ("0", "+1", "-1", "@0", "@1", "@2", "@3", "@4"), 3
+
+    def answer_len(self, cfg, length):
+        return 1
+
+
+class ModularArithmetic(Labelled):
+    """`length` numbers 0-4 joined by +, - and * (usual precedence), reduced mod 5: the paper's simple
+    modular arithmetic, with `length` counting the numbers (the paper counts tokens, 2 length - 1 here)."""
+
+    name, description = "modular_arithmetic", "Compute 1+2*3-4 ... mod 5 (* before + and -). One answer token."
+    chomsky, paper_task = "R", "Modular Arithmetic (Simple)"
+    headline = (EXACT_MATCH, LOSS)
+    symbols, inputs = ("0", "1", "2", "3", "4", "+", "-", "*"), 8
+
+    def prompt_len(self, cfg, length):
+        return 2 * length - 1
+
+    def answer_len(self, cfg, length):
+        return 1
+
+    def check_prompt(self, cfg, tokens):
+        ok = len(tokens) % 2 == 1 and all((t < 5) == (i % 2 == 0) for i, t in enumerate(tokens))
+        return None if ok else "needs numbers 0-4 and operators + - * taking turns, e.g. 1+2*3"
+
+
+class StackManipulation(Labelled):
+    """A stack's content (a and b, bottom first), then actions (pop, +a: push a, +b: push b; a pop of an empty
+    stack does nothing); the answer is the final stack, top first, then 'end', padded with '_' to length + 1
+    tokens. Positions after 'end' are not scored (the paper's accuracy mask)."""
+
+    name, description = "stack_manipulation", "Apply pop / push to a stack; write the final stack, top first."
+    chomsky, paper_task = "DCF", "Stack Manipulation"
+    symbols, inputs = ("a", "b", "pop", "+a", "+b", "end", "_"), 5
+
+    def answer_len(self, cfg, length):
+        return length + 1
+
+
+class ModularArithmeticBrackets(Labelled):
+    """An expression of exactly `length` tokens over 0-4, +, -, * and brackets, reduced mod 5, from the
+    paper's grammar: d, -d, (d), (-d), and for 5 tokens or more (left op right)."""
+
+    name, description = "modular_arithmetic_brackets", "Compute a bracketed expression like (1-(2*3)) mod 5."
+    chomsky, paper_task = "DCF", "Modular Arithmetic"
+    headline = (EXACT_MATCH, LOSS)
+    symbols, inputs = ("0", "1", "2", "3", "4", "+", "-", "*", "(", ")"), 10
+
+    def answer_len(self, cfg, length):
+        return 1
+
+
+class OddsFirst(Labelled):
+    """A string of a and b; the answer is its symbols at odd positions (1st, 3rd, ...), then those at even ones."""
+
+    name, description = "odds_first", "Write the 1st, 3rd, 5th ... symbols, then the 2nd, 4th ..."
+    chomsky, paper_task = "CS", "Odds First"
+    symbols, inputs = ("a", "b"), 2
+
+
+class BinaryAddition(Labelled):
+    """Two binary numbers, least significant bit first, `x + y` in `length` tokens; the answer is their sum,
+    least significant bit first and without leading zeros, then 'end', padded with '_' to length + 1 tokens
+    (positions after 'end' are not scored). At least 3 tokens: a bit, '+', a bit."""
+
+    name, description = "binary_addition", "Add two binary numbers (least significant bit first)."
+    chomsky, paper_task = "CS", "Binary Addition"
+    symbols, inputs = ("0", "1", "+", "end", "_"), 3
+    default_lengths = (3, 8)
+    LONGEST = 60  # the sums are int64 (lab/tasks/chomsky.py)
+
+    def answer_len(self, cfg, length):
+        return length + 1
+
+    def check(self, cfg, arch):
+        if cfg.min_len < 3:
+            raise ConfigError("task.min_len", f"{cfg.min_len} is too short for 'binary_addition' (allowed: >= 3: "
+                              "a bit, '+', a bit)")
+        if cfg.ood_max_len > self.LONGEST:
+            raise ConfigError("task.ood_len", f"{cfg.ood_max_len} is too long for 'binary_addition' (allowed: "
+                              f"lengths up to {self.LONGEST})")
+
+    def check_prompt(self, cfg, tokens):
+        if tokens.count(2) != 1 or tokens[0] == 2 or tokens[-1] == 2:
+            return "needs two binary numbers joined by one '+', least significant bit first, e.g. 011+1"
+        return None
 
 
 class Histogram(TaskShape):
@@ -277,7 +429,8 @@ class Text(TaskShape):
 # The registry: every task, once, in the order the app and the command line list them.
 SHAPES: dict[str, TaskShape] = {
     s.name: s for s in (Copy(), Reverse(), Sort(), Addition(), ModularAddition(), Induction(), Parity(), Histogram(),
-                        Text())
+                        Text(), EvenPairs(), CycleNavigation(), ModularArithmetic(), StackManipulation(),
+                        ModularArithmeticBrackets(), OddsFirst(), BinaryAddition())
 }
 TASK_NAMES: tuple[str, ...] = tuple(SHAPES)  # task.name's allowed values (lab/config.py)
 

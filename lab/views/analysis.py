@@ -63,7 +63,7 @@ def probe_symbols(cfg: RunConfig) -> dict[str, int]:
     """The symbols a typed probe may use for this run's task (a language model's whole vocabulary):
     label -> token id."""
     task, tc = get_task(cfg.task.name), cfg.task
-    n_sym = task.vocab_size(tc) if task.lm else task.n_symbols(tc)
+    n_sym = task.vocab_size(tc) if task.lm else task.prompt_symbols(tc)
     return {task.label(tc, t): t for t in range(n_sym)}
 
 
@@ -102,12 +102,9 @@ def parse_probe(cfg: RunConfig, text: str) -> ProbeInput:
     if task.lm:
         batch = Batch(inp=tokens, tgt=typed_lm_targets(task.name, tokens))
     else:
-        expected = task.prompt_len(tc, tc.max_len)
-        if task.name == "addition" and (tokens.shape[1] % 2 == 0 or (tokens[0] == 10).sum() != 1
-                                        or tokens[0, tokens.shape[1] // 2] != 10):
-            raise ConfigError("probe", "addition needs two numbers of equal length joined by '+', e.g. 123+456")
-        if task.name in ("modular_addition",) and tokens.shape[1] != expected:
-            raise ConfigError("probe", f"has {tokens.shape[1]} symbols (allowed: exactly {expected}, e.g. '5 7')")
+        wrong = task.check_prompt(tc, tokens[0].tolist())
+        if wrong:
+            raise ConfigError("probe", wrong)
         batch = task.layout(tc, cfg.model.arch, tokens, task.solve(tc, tokens))
     longest = max(batch.inp.shape[1], batch.src.shape[1] if batch.src is not None else 0)
     if longest > cfg.model.n_ctx:
