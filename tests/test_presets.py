@@ -21,7 +21,7 @@ from lab.tasks.shapes import headline_metrics
 from tests.trained_once import ENV, on_cpu, trained_once
 
 EXPECTED = {"hello_sort", "induction", "pre_post_ln", "short_long", "beyond", "encoder_decoder", "grokking",
-            "why_attention", "why_residuals", "why_scaling", "stability", "table3"}
+            "why_attention", "why_residuals", "why_scaling", "stability", "table3", "chomsky"}
 
 
 # ---- fast: well-formed -----------------------------------------------------------------------------
@@ -31,7 +31,7 @@ def test_every_preset_of_the_issue_is_there():
     assert {"Hello, sort", "Induction heads", "Pre-LN vs post-LN", "Train short, test long",
             "Positions beyond training", "Original encoder-decoder", "Grokking", "Why attention, not recurrence",
             "Why residual connections", "Why 1/√d_k", "Stability map: when post-LN needs warmup",
-            "Table 3 at toy scale"} == titles
+            "Table 3 at toy scale", "What attention cannot do: longer inputs"} == titles
 
 
 @pytest.mark.parametrize("key", sorted(EXPECTED))
@@ -480,3 +480,29 @@ def test_the_stability_map_finds_where_post_ln_fails_without_warmup_and_pre_ln_t
     assert r.ev(s.name("post", 150, region[0])) < s.FAILS, losses  # warmup moves post-LN's edge
     text = s.explain(r.summaries)  # the preset's sentence from these runs (the card waits for all 24)
     assert "that is the map's failing region" in text and "Warmup moves post-LN's edge" in text, text
+
+
+@pytest.mark.science
+def test_recurrence_keeps_parity_at_longer_lengths_where_attention_does_not():
+    """The quick map (issue 36): trained on lengths 1-10, scored on 11-20. Parity: the RNN and the LSTM at 100%,
+    both Transformers near chance (Delétang et al. 2023, Table 2: 100, 100 and 52.0); reverse (context-free):
+    no architecture at 90% (the paper: 62.0, 60.9, 62.3). The page's sentence quotes those measurements."""
+    from lab.teach.presets import chomsky as c
+
+    r = Ran(PRESETS["chomsky"])
+    cells = c.cells(r.summaries, c.QUICK_ROWS, c.QUICK_TASKS, c.QUICK_SEEDS)
+    shown = {k: cell.text() for k, cell in cells.items()}
+    assert len(cells) == len(c.QUICK_ROWS) * len(c.QUICK_TASKS), shown
+    for row in ("RNN", "LSTM"):
+        assert min(cells[(row, "parity")].accs) >= c.SOLVED and cells[(row, "parity")].mark == c.SAME, shown
+    for row in ("Transformer, learned", "Transformer, RoPE randomized"):
+        assert max(cells[(row, "parity")].accs) < 0.75, shown  # chance is 50%
+    assert cells[("Transformer, learned", "parity")].mark == c.SAME
+    for row in c.QUICK_ROWS:
+        assert cells[(row, "reverse")].mean < c.SOLVED, shown
+        assert cells[(row, "reverse")].mark in (c.SAME, c.NO_PAPER), shown
+    rec_lo = min(cells[(row, t)].mean for row in ("RNN", "LSTM") for t in ("parity", "even_pairs"))
+    best = max((cell for cell in cells.values() if cell.task == "reverse"), key=lambda cell: cell.mean)
+    assert f"the recurrent models kept the regular tasks (even_pairs, parity) at {100 * rec_lo:.0f}%" in r.text, r.text
+    assert f"(best: {best.row} on reverse, {100 * best.mean:.0f}%), as in the paper" in r.text, r.text
+    assert cells[("RNN", "parity")].text() in r.text and "paper 52%" in r.text  # the map, beside the paper

@@ -34,10 +34,15 @@ def _preset(key: str) -> Any:
     return PRESETS[key]
 
 
-def preset_configs(key: str, **overrides: Any) -> list[RunConfig]:
+def preset_configs(key: str, full: bool = False, **overrides: Any) -> list[RunConfig]:
     """The preset's run configs, exactly the app's (each named), with `make_config` keywords on top (e.g.
-    steps=100 for a quick look: the preset's claims are measured at its own settings)."""
-    return [make_config(cfg, name=cfg.name, **overrides) if overrides else cfg for cfg in _preset(key).runs]
+    steps=100 for a quick look: the preset's claims are measured at its own settings). `full`: the preset's
+    larger version, where it has one (chomsky: the whole length-generalization map)."""
+    preset = _preset(key)
+    if full and not preset.full:
+        raise ConfigError("full", f"preset {key!r} has no larger version")
+    cfgs = preset.full if full else preset.runs
+    return [make_config(cfg, name=cfg.name, **overrides) if overrides else cfg for cfg in cfgs]
 
 
 @dataclass(frozen=True)
@@ -60,9 +65,9 @@ def explain_preset(key: str, runs: Sequence[Run]) -> str:
 
 
 def train_preset(key: str, runs_dir: Optional[PathLike] = None, progress: bool = True,
-                 threads: Optional[int] = None, **overrides: Any) -> PresetRuns:
-    """Train every run of the preset `key` (`overrides`: as in `preset_configs`) and explain them."""
-    cfgs = preset_configs(key, **overrides)
+                 threads: Optional[int] = None, full: bool = False, **overrides: Any) -> PresetRuns:
+    """Train every run of the preset `key` (`full` and `overrides`: as in `preset_configs`) and explain them."""
+    cfgs = preset_configs(key, full, **overrides)
     runs = train_many(cfgs, runs_dir=runs_dir, progress=progress, threads=threads)
     return PresetRuns(key, {cfg.name: run for cfg, run in zip(cfgs, runs)}, explain_preset(key, runs))
 

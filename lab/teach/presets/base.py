@@ -34,6 +34,9 @@ class Preset:
     heads: tuple[str, ...] = ()  # runs whose head roles over training it quotes (lab/circuits, their snapshots)
     fourier: tuple[str, ...] = ()  # runs whose embedding's Fourier share over training it quotes (lab/circuits)
     _marks: Callable[[Results], tuple[Mark, ...]] = field(repr=False, compare=False, default=lambda r: ())
+    # a larger version of the experiment than the one-click runs, for the command line and a GPU (`--full`);
+    # the explanation reads either
+    full: tuple[RunConfig, ...] = field(repr=False, default=())
 
     def explain(self, results: Results) -> str:
         """1-3 sentences built from the measured summaries; says which runs are missing, if any."""

@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional
 from lab.config import ModelConfig, TaskConfig, TrainConfig
 from lab.derived import run_config  # n_ctx: the task's longest sequence, as the app and the CLI derive it
 from lab.records import EXACT_MATCH, LOSS
-from lab.teach.presets import stability
+from lab.teach.presets import chomsky, stability
 from lab.teach.attention_measures import anti_diagonal_words, knockout_sentence
 from lab.teach.loss_reading import first_step, held_from
 from lab.teach.presets.base import METRICS, SOLVED, Preset, Results, _ev, _n, _ood, _pct, _variant, measured
@@ -370,4 +370,14 @@ PRESETS: dict[str, Preset] = {p.key: p for p in (
         "Vaswani et al. 2017, Table 3 (rows A-E), at toy scale: 3 layers of d_model 64 on the built-in text, "
         "held-out perplexity per character, 3 seeds per row (21 runs)",
         tuple(table3_configs()), ("held-out loss",), 1200.0, _explain_table3),
+    Preset(
+        "chomsky", "What attention cannot do: longer inputs",
+        "Each model learns parity, even pairs and reverse on lengths 1-10, then meets lengths 11-20. Predict: "
+        "which keep them right, the Transformers (one with randomized positions) or the RNN and the LSTM that "
+        "attention replaced? And does any of them reverse the longer strings?",
+        "Delétang et al. 2023, Neural Networks and the Chomsky Hierarchy (Table 2); Ruoss et al. 2023 (randomized "
+        "positions). Here lengths 1-10 and 11-20, 1000 steps, 2 seeds (the paper: 1-40 and 41-500, 1M steps, the "
+        "best of 10 seeds); the whole map, 9 architectures x 11 tasks x 3 seeds: python -m lab preset chomsky --full",
+        tuple(chomsky.quick_configs()), ("held-out exact-match (longer lengths)",), 190.0, chomsky.explain,
+        full=tuple(chomsky.full_configs())),
 )}
