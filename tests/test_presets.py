@@ -505,4 +505,5 @@ def test_recurrence_keeps_parity_at_longer_lengths_where_attention_does_not():
     best = max((cell for cell in cells.values() if cell.task == "reverse"), key=lambda cell: cell.mean)
     assert f"the recurrent models kept the regular tasks (even_pairs, parity) at {100 * rec_lo:.0f}%" in r.text, r.text
     assert f"(best: {best.row} on reverse, {100 * best.mean:.0f}%), as in the paper" in r.text, r.text
-    assert cells[("RNN", "parity")].text() in r.text and "paper 52%" in r.text  # the map, beside the paper
+    assert f"{cells[('RNN', 'parity')].text()}<br>paper 100% ✓" in r.text, r.text  # the map, beside the paper
+    assert f"{cells[('Transformer, learned', 'parity')].text()}<br>paper 52% ✓" in r.text, r.text

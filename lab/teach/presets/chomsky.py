@@ -134,7 +134,7 @@ class Cell:
         return SAME if (self.mean >= SOLVED) == (self.paper >= 100 * SOLVED) else DIFFERENT
 
     def text(self) -> str:
-        spread = f" [{100 * min(self.accs):.0f}, {100 * max(self.accs):.0f}]" if len(self.accs) > 1 else ""
+        spread = f" [{100 * min(self.accs):.0f}-{100 * max(self.accs):.0f}]" if len(self.accs) > 1 else ""
         return f"{100 * self.mean:.0f}%{spread}"
 
 
@@ -170,7 +170,7 @@ def table(results: Mapping[str, Mapping[str, Any]]) -> str:
     the measured accuracy at the longer lengths (mean [min, max] over seeds), the paper's score and the mark."""
     rows, tasks, seeds = layout(results)
     got = cells(results, rows, tasks, seeds)
-    symbol = {SAME: "✓ same", DIFFERENT: "✗ different", SPREAD: "~ spread", NO_PAPER: ""}
+    symbol = {SAME: "✓", DIFFERENT: "✗", SPREAD: "~", NO_PAPER: ""}
     head = ["Architecture"] + [f"{t} ({SHAPES[t].chomsky})" for t in tasks]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
@@ -180,10 +180,13 @@ def table(results: Mapping[str, Mapping[str, Any]]) -> str:
             if c is None:
                 out.append("not run yet")
                 continue
-            paper = f"paper {c.paper:.0f}%" if c.paper is not None else "paper: -"
-            out.append(f"{c.text()}<br>{paper} {symbol[c.mark]}".strip())
+            paper = f"paper {c.paper:.0f}% {symbol[c.mark]}" if c.paper is not None else "paper: none"
+            out.append(f"{c.text()}<br>{paper}")
         lines.append("| " + " | ".join(out) + " |")
-    return "\n".join(lines)
+    legend = (f"Each cell: token accuracy at lengths {TRAIN_LEN + 1}-{TEST_LEN}, mean [min, max] over {len(seeds)} "
+              "seeds, and the paper's score: ✓ the same verdict (solved at 90%), ✗ a different one, ~ the seeds "
+              "disagree.")
+    return "\n".join(lines) + "\n\n" + legend
 
 
 def explain(results: Mapping[str, Mapping[str, Any]]) -> str:
@@ -225,16 +228,13 @@ def explain(results: Mapping[str, Mapping[str, Any]]) -> str:
     differ = [c for c in got.values() if c.mark == DIFFERENT]
     if differ:
         listed = "; ".join(f"{c.row} on {c.task}: {100 * c.mean:.0f}% here, {c.paper:.0f}% in the paper" for c in differ)
-        parts.append(f"Where the verdict differs ({listed}), remember what the paper's number is: the best of 10 seeds "
-                     "and 3 learning rates (for a Transformer also of 5 positional encodings) after 1M steps on "
-                     "lengths up to 40, where each cell here is one encoding's mean over a few seeds after "
-                     f"{TRAIN.steps} steps on lengths up to {TRAIN_LEN}, with smaller models (recurrent width 64, not "
-                     "256; 2 Transformer layers, not 5).")
+        parts.append(f"Where the verdict differs ({listed}), the paper's number is a best case: the best of 10 seeds "
+                     "and 3 learning rates (for a Transformer, of 5 positional encodings too) after 1M steps on "
+                     f"lengths up to 40; each cell here is one encoding's mean after {TRAIN.steps} steps on lengths up "
+                     f"to {TRAIN_LEN}, with smaller models.")
     marks = [c.mark for c in got.values() if c.mark]
     if marks:
         parts.append(f"Of {len(marks)} cells with a paper number, {marks.count(SAME)} give the paper's verdict, "
-                     f"{marks.count(DIFFERENT)} a different one and {marks.count(SPREAD)} depend on the seed. "
-                     f"Each cell: token accuracy at lengths {TRAIN_LEN + 1}-{TEST_LEN}, mean [min, max] over "
-                     f"{len(seeds)} seeds; the paper trained 1M steps on lengths up to 40 and tested up to 500, with "
-                     "the best of 10 seeds and 3 learning rates (docs/SCIENCE.md says where the toy map differs).")
+                     f"{marks.count(DIFFERENT)} a different one and {marks.count(SPREAD)} depend on the seed "
+                     "(docs/SCIENCE.md says where the toy map differs from the paper's).")
     return " ".join(parts) + "\n\n" + table(results)
