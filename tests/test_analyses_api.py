@@ -94,3 +94,18 @@ def test_an_untrained_model_is_the_one_a_run_starts_from():
         assert torch.equal(a, b), name
     assert not model.training and model.W_E.shape[0] == model.vocab_size
     assert isinstance(lab.untrained(task="copy", seed=6).W_E, torch.Tensor)
+
+
+def test_accuracy_by_length_is_the_runs_own_held_out_measure_one_length_at_a_time(tmp_path):
+    """Each length's numbers come from the run's own held-out sequences: at equal counts per length, their mean
+    over the longer lengths is the run's evaluation there. An RNN that learned parity keeps it at every
+    longer length (Delétang et al. 2023); the lengths are the training ones, then the longer ones."""
+    run = lab.train(task="parity", arch="rnn", d_model=32, max_len=6, ood_len=12, steps=300, lr=1e-2, eval_every=300,
+                    eval_samples=48, threads=1, runs_dir=tmp_path, progress=False)
+    table = run.accuracy_by_length(per_length=8)
+    assert list(table.index) == list(range(1, 13))
+    assert list(table["trained"]) == [True] * 6 + [False] * 6
+    longer = table[~table["trained"]]
+    assert longer["token_acc"].mean() == pytest.approx(run.evaluate("ood", n=48)["token_acc"])
+    assert (table["token_acc"] == table["exact_match"]).all()  # one answer token: the same measure
+    assert longer["token_acc"].min() == 1.0, table

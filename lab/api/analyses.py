@@ -1,6 +1,7 @@
 """The app's analyses of a run as numbers (the public API, docs/python-api.md; `Run.head_roles`, `Run.patching`,
-`Run.fourier`, `Run.logit_lens` call these): its head roles, activation patching grids, the Fourier picture of a
-modular-addition embedding and the logit lens as pandas DataFrames. Each reads the same functions as the app's
+`Run.fourier`, `Run.logit_lens`, `Run.accuracy_by_length` call these): its head roles, activation patching grids,
+the Fourier picture of a modular-addition embedding, the logit lens and its accuracy at each input length as
+pandas DataFrames. Each reads the same functions as the app's
 views (lab/circuits, lab/views), so the numbers are the ones the app draws. A run here is anything with the
 `Run` handle's config, model, probe, store and run_id (lab/api/runs.py, which imports this module).
 """
@@ -89,3 +90,14 @@ def logit_lens(run: Run, text: Optional[str] = None) -> pd.DataFrame:
     return pd.DataFrame([{"stream": row, "position": t, "input": probe.dec_labels[t], "top": lens.top[i][t],
                           "top_prob": float(lens.top_prob[i, t]), "target_prob": float(lens.target_prob[i, t])}
                          for i, row in enumerate(lens.rows) for t in range(len(lens.top[i]))])
+
+
+def accuracy_by_length(run: Run, per_length: int = 64) -> pd.DataFrame:
+    """The run's held-out token accuracy and exact-match at each input length, its training lengths and the
+    longer ones it never saw (lab/teach/length_accuracy.py: the curve behind a cell of the length-generalization
+    map), from its final weights: a row per length."""
+    from lab.teach.length_accuracy import accuracy_by_length as by_length
+
+    rows = by_length(run.model, run.config, per_length)
+    return pd.DataFrame([{"trained": r.trained, "token_acc": r.token_acc, "exact_match": r.exact_match} for r in rows],
+                        index=pd.Index([r.length for r in rows], name="length"))

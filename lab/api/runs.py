@@ -256,6 +256,13 @@ class Run:
 
         return logit_lens(self, text)
 
+    def accuracy_by_length(self, per_length: int = 64) -> pd.DataFrame:
+        """Held-out token accuracy and exact-match at each input length (training lengths, then the longer
+        ones), a row per length: where a model that learned the training lengths stops being right."""
+        from lab.api.analyses import accuracy_by_length
+
+        return accuracy_by_length(self, per_length)
+
     def evaluate(self, split: str = "eval", n: Optional[int] = None) -> dict[str, float]:
         """Held-out metrics of `model` now (loss, token_acc, exact_match; predictable_acc for induction) on the
         run's own evaluation set (`split` "eval") or at longer lengths ("ood"), `n` sequences (default: the
