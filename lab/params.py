@@ -55,7 +55,8 @@ def param_formula(mc: ModelConfig, vocab: int) -> dict[str, int]:
     enc_dec = mc.arch == "encoder-decoder"
     out = dict.fromkeys(COMPONENTS, 0)
     out["embeddings"] = vocab * d
-    out["positional"] = mc.n_ctx * d if mc.pos == "learned" else 0
+    # a learned table: a row per position, or per id of the randomized range when that is longer
+    out["positional"] = max(mc.n_ctx, mc.pos_range) * d if mc.pos == "learned" else 0
     out["head"] = d * vocab
     options = {"inner": mc.n_heads * mc.d_head, "gated": mc.activation in GATED, "norm_type": mc.norm_type,
                "qk_norm": mc.qk_norm == "on", "d_head": mc.d_head}

@@ -88,6 +88,18 @@ def test_evaluation_reads_the_real_positions_and_training_the_drawn_ones(pos):
         assert not torch.allclose(trained_pass, model(idx).logits)  # the drawn ids changed something
 
 
+def test_the_parameter_count_holds_a_learned_row_per_id_of_the_range():
+    from lab.params import param_breakdown
+    from lab.trainer import build_model
+
+    for span in (0, 64):
+        cfg = RunConfig(model=ModelConfig(pos="learned", pos_range=span, n_ctx=40, d_model=16, n_heads=2, d_ff=32),
+                        task=TaskConfig(name="copy", max_len=8, ood_len=12))
+        model = build_model(cfg)
+        assert param_breakdown(cfg)["positional"] == model.pos.weight.numel() == max(40, span) * 16
+        assert sum(param_breakdown(cfg).values()) == model.num_params()
+
+
 def test_training_reaches_the_rows_beyond_the_training_length():
     """A learned table's rows past the sequence length get gradient only with randomized positions."""
     for span, reached in ((0, False), (64, True)):
