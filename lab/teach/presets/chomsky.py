@@ -171,7 +171,10 @@ def table(results: Mapping[str, Mapping[str, Any]]) -> str:
     """The map as a markdown table: a row per architecture, a column per task (grouped by class), each cell
     the measured accuracy at the longer lengths (mean [min, max] over seeds), the paper's score and the mark."""
     rows, tasks, seeds = layout(results)
-    got = cells(results, rows, tasks, seeds)
+    return _table(cells(results, rows, tasks, seeds), rows, tasks, len(seeds))
+
+
+def _table(got: Mapping[tuple[str, str], Cell], rows: Sequence[str], tasks: Sequence[str], n_seeds: int) -> str:
     symbol = {SAME: "✓", DIFFERENT: "✗", SPREAD: "~", NO_PAPER: ""}
     head = ["Architecture"] + [f"{t} ({SHAPES[t].chomsky})" for t in tasks]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -185,7 +188,7 @@ def table(results: Mapping[str, Mapping[str, Any]]) -> str:
             paper = f"paper {c.paper:.0f}% {symbol[c.mark]}" if c.paper is not None else "paper: none"
             out.append(f"{c.text()}<br>{paper}")
         lines.append("| " + " | ".join(out) + " |")
-    legend = (f"Each cell: token accuracy at lengths {TRAIN_LEN + 1}-{TEST_LEN}, mean [min, max] over {len(seeds)} "
+    legend = (f"Each cell: token accuracy at lengths {TRAIN_LEN + 1}-{TEST_LEN}, mean [min, max] over {n_seeds} "
               "seeds, and the paper's score: ✓ the same verdict (solved at 90%), ✗ a different one, ~ the seeds "
               "disagree.")
     return "\n".join(lines) + "\n\n" + legend
@@ -239,4 +242,4 @@ def explain(results: Mapping[str, Mapping[str, Any]]) -> str:
         parts.append(f"Of {len(marks)} cells with a paper number, {marks.count(SAME)} give the paper's verdict, "
                      f"{marks.count(DIFFERENT)} a different one and {marks.count(SPREAD)} depend on the seed "
                      "(docs/SCIENCE.md says where the toy map differs from the paper's).")
-    return " ".join(parts) + "\n\n" + table(results)
+    return " ".join(parts) + "\n\n" + _table(got, rows, tasks, len(seeds))
