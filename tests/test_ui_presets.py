@@ -20,8 +20,8 @@ from lab.engine.store import RunStore
 from tests.helpers import FakeTrainer
 from ui.grid import preview_text
 from ui.knobs import KNOBS, config_from_values
-from ui.compare.render import OPENINGS, Controls, render
-from ui.presets import compare_note, status
+from ui.compare.render import Asked, Controls, render
+from ui.presets import compare_note, compare_said, status
 from ui.projector import folded
 
 WAIT_S = 60
@@ -56,25 +56,38 @@ def wait_all(jobs, ids):
         jobs.wait(r, timeout=WAIT_S)
 
 
+def answer(ctx, last, asked, shown=None, picked=(), metric="train loss (batch)"):
+    """What Compare's one event sends a page that picked `picked` and holds record `shown` when `asked` (a request
+    another tab wrote) fires it: the note is the app's (the last preset's, while exactly its runs are picked)."""
+    controls = Controls.of([None] * 4, list(picked), metric, "step", 0.0, True, False)
+    return render(ctx, controls, shown or {}, lambda ids: compare_said(ctx, last, ids), Asked.of(asked))
+
+
 @pytest.mark.parametrize("key", ["hello_sort", "pre_post_ln"])
 def test_a_preset_click_submits_exactly_its_configs_and_opens_compare(setup, key):
     demo, store, jobs, gate = setup
-    preset = PRESETS[key]
-    last, my_runs, text, timer, tabs, pick, metric, group, note, shown = endpoint(demo, f"preset_{key}")(
-        ["older-run"], "u1")
+    ctx, preset = demo.lab_context, PRESETS[key]
+    last, my_runs, text, timer, tabs, asked = endpoint(demo, f"preset_{key}")(["older-run"], "u1")
     ids = last["run_ids"]
     assert last["key"] == key and len(ids) == len(preset.runs)
     assert [store.config(r) for r in ids] == list(preset.runs)  # the very configs, names included
     assert {store.status(r)["owner"] for r in ids} == {"u1"}
     assert my_runs == ids + ["older-run"]
-    # Compare opens on the preset's runs and curve in the same step (one event redraws it: ui/compare/tab.py)
-    assert prop(tabs, "selected") == "compare" and prop(pick, "value") == ids
-    assert prop(metric, "value") == list(preset.metrics) and prop(group, "value") is True and prop(timer, "active")
-    assert {r for _, r in prop(pick, "choices")} >= set(ids)
+    assert prop(tabs, "selected") == "compare" and prop(timer, "active")
+    assert asked["run_ids"] == ids and asked["metrics"] == list(preset.metrics)  # the request Compare answers
     assert text.startswith(f"**{preset.title}**: 0 of {len(ids)} runs done")
-    assert compare_note(demo.lab_context, last, ids) == text  # Compare's note: while exactly these runs are picked
-    assert note == text and set(shown) == {"selection", "opened"} and shown["selection"] == ""  # with them
-    assert compare_note(demo.lab_context, last, ids[:-1] + ["other"]) == ""  # never above other runs' curves
+    # Compare's one event answers the request: the picker, the preset's curve, grouping on and the note come
+    # in one answer, with the views for these runs
+    views = answer(ctx, last, asked)
+    assert prop(views["pick"], "value") == ids and {r for _, r in prop(views["pick"], "choices")} >= set(ids)
+    assert prop(views["metric"], "value") == list(preset.metrics) and prop(views["group"], "value") is True
+    assert views["note"] == text and {"curves", "finals", "configs"} <= set(views)
+    assert views["shown"]["asked"] == asked["token"]
+    # answered once: the next call (the picker's change it caused) leaves the controls as the page now has them
+    again = answer(ctx, last, asked, views["shown"], ids, list(preset.metrics))
+    assert not {"metric", "group", "note"} & set(again) and "value" not in again.get("pick", {})
+    assert compare_note(ctx, last, ids) == text  # Compare's note: while exactly these runs are picked
+    assert compare_note(ctx, last, ids[:-1] + ["other"]) == ""  # never above other runs' curves
 
     gate.set()
     wait_all(jobs, ids)
@@ -84,27 +97,32 @@ def test_a_preset_click_submits_exactly_its_configs_and_opens_compare(setup, key
     assert "No final results" not in explanation  # every run's summary was found by its name
     assert text == f"**{preset.title}**: {len(ids)} of {len(ids)} runs done. {folded(explanation)}"  # projector mode's
     assert '<span class="lab-headline">' in folded(explanation)  # marks, else the text as said
-    assert compare_note(demo.lab_context, last, ids) == text and prop(timer, "active") is False
+    assert compare_note(ctx, last, ids) == text and prop(timer, "active") is False
 
     text, timer = endpoint(demo, "load_presets")(last)  # reopening the page finds it again
     assert folded(explanation) in text and prop(timer, "active") is False
-    tabs, pick, metric, _, note, shown = endpoint(demo, "preset_show")(last)
-    assert prop(tabs, "selected") == "compare" and prop(metric, "value") == list(preset.metrics)
-    # the note for these runs comes with them (not the note of the runs shown before, until a redraw)
-    assert note == compare_note(demo.lab_context, last, ids) and folded(explanation) in note
-    # a redraw still running for the page's record before (the first opening) sends nothing once Show replaced it
-    shown_before = {"selection": "x", "opened": OPENINGS.open(None)}
-    _, _, _, _, _, shown_after = endpoint(demo, "preset_show")(last, shown_before)
-    assert OPENINGS.replaced(shown_before) and not OPENINGS.replaced(shown_after)
-    ctx = demo.lab_context
-    controls = Controls.of([None] * 4, ids, "held-out loss", "step", 0.0, True, True)
-    stale = render(ctx, controls, shown_before)
-    assert set(stale) == {"shown"} and stale["shown"]["selection"] == ""  # no view: only a fresh, empty record
-    assert "curves" in render(ctx, controls, shown_after)
-    # a page left holding the replaced record (the stale redraw stored it after the opening's): the next redraw
-    # draws every view for the page's controls
-    assert {"curves", "finals", "note"} <= set(render(ctx, controls, stale["shown"], lambda r: ("note", ())))
-    assert prop(pick, "value") == ids
+    tabs, shown_again = endpoint(demo, "preset_show")(last)
+    assert prop(tabs, "selected") == "compare" and shown_again["run_ids"] == ids
+    assert shown_again["token"] != asked["token"]  # a new request: answered even where the first one was
+    views = answer(ctx, last, shown_again, views["shown"])
+    assert prop(views["pick"], "value") == ids and folded(explanation) in views["note"]
+    assert views["note"] == compare_note(ctx, last, ids) and "curves" in views
+
+
+def test_only_compares_one_event_writes_its_picker_note_and_curves(setup):
+    """Two events writing the picker, the note or the curves can answer in either order: a preset's opening
+    once put the second preset's runs in the picker under a redraw's note for the first (CI, issue 34 item 9).
+    Other tabs write a request instead (ui/compare/render.py `Asked`); only Select all shown sets the picker."""
+    demo, *_ = setup
+    by_id = {block._id: block for block in demo.blocks.values()}
+    ids = {getattr(block, "elem_id", None): i for i, block in by_id.items()}
+    watched = {ids["compare-pick"]: "picker", ids["compare-note"]: "note", ids["compare-curves"]: "curves"}
+    writers: dict[str, set[str]] = {name: set() for name in watched.values()}
+    for fn in demo.fns.values():
+        for block in fn.outputs:
+            if block._id in watched:
+                writers[watched[block._id]].add(fn.api_name)
+    assert writers == {"picker": {"compare", "select_all"}, "note": {"compare"}, "curves": {"compare"}}
 
 
 def test_preset_status_copes_with_anything_the_browser_sends(setup):
@@ -136,17 +154,17 @@ GRID = ("PE", "rope, alibi", "seed", "1, 2", "", "")
 def test_grid_launch_submits_exactly_the_grid(setup):
     demo, store, jobs, gate = setup
     knobs = knob_values(task="copy", max_len=4, d_model=32, n_heads=2, steps=20)
-    before = {"selection": "x", "opened": OPENINGS.open(None)}  # Compare's record when Launch was clicked
-    text, my_runs, tabs, pick, _, group, note, shown = endpoint(demo, "grid_launch")(*knobs, *GRID, [], "u2", before)
-    assert OPENINGS.replaced(before) and not OPENINGS.replaced(shown)  # a redraw for the runs before sends nothing
-    ids = prop(pick, "value")
+    text, my_runs, tabs, asked = endpoint(demo, "grid_launch")(*knobs, *GRID, [], "u2")
+    ids = asked["run_ids"]
     expected = build_grid(config_from_values({"task.name": "copy", "task.max_len": 4, "model.d_model": 32,
                                               "model.n_heads": 2, "train.steps": 20}),
                           [("PE", "rope, alibi"), ("seed", "1, 2")])
     assert [store.config(r) for r in ids] == expected
     assert [store.config(r).name for r in ids] == ["pos=rope seed=1", "pos=rope seed=2", "pos=alibi seed=1",
                                                    "pos=alibi seed=2"]
-    assert my_runs == ids and prop(tabs, "selected") == "compare" and prop(group, "value") is True
+    assert my_runs == ids and prop(tabs, "selected") == "compare" and asked["metrics"] is None
+    views = answer(demo.lab_context, {}, asked, metric="held-out loss")  # the curves as they are, grouped
+    assert prop(views["pick"], "value") == ids and prop(views["group"], "value") is True and "metric" not in views
     assert text.startswith("✅ **Launched 4 runs**")
     preview = endpoint(demo, "grid_preview")(*knobs, *GRID)
     assert preview.startswith("**4 runs.** About") and "until all are done" in preview, preview

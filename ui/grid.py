@@ -42,8 +42,8 @@ class GridPanel:
     def wire(self, tabs: gr.Tabs, compare: Any) -> None:
         """Register Launch once Compare exists: it opens Compare on the grid's runs, grouped."""
         opens = compare.opener(tabs)
-        inputs = self.knob_inputs + axis_inputs(self) + [self.my_runs, self.owner, opens["shown"]]
-        self.launch.click(with_api_params(partial(launch_grid, self.ctx), api_names() + ["my_runs", "owner", "shown"]),
+        inputs = self.knob_inputs + axis_inputs(self) + [self.my_runs, self.owner]
+        self.launch.click(with_api_params(partial(launch_grid, self.ctx), api_names() + ["my_runs", "owner"]),
                           inputs=inputs, outputs=GridLaunch.wired(self, **opens),
                           api_name="grid_launch", preprocess=False)
 
@@ -55,11 +55,7 @@ class GridLaunch(Outputs):
     preview: Any = kept()
     my_runs: Any = kept()
     tabs: Any = kept()
-    pick: Any = kept()
-    metric: Any = kept()
-    group: Any = kept()
-    note: Any = kept()
-    shown: Any = kept()
+    asked: Any = kept()
 
 
 @errors_as_messages
@@ -68,8 +64,7 @@ def launch_grid(ctx: AppContext, *args: Any) -> tuple:
     n_knobs = len(KNOB_KEYS)
     knobs, rest = args[:n_knobs], args[n_knobs:]
     cfgs = grid_configs(knobs, rest[:2 * MAX_AXES])
-    runs, who, *kept_record = rest[2 * MAX_AXES:]  # then Compare's record of what it shows (this opening replaces it)
-    before = kept_record[0] if kept_record else None
+    runs, who = rest[2 * MAX_AXES:]
     claims = ctx.jobs.claim_many(cfgs, owner=who if isinstance(who, str) else "")
     ids = list(dict.fromkeys(c.run_id for c in claims))
     there = sum(c.attached for c in claims)
@@ -78,7 +73,7 @@ def launch_grid(ctx: AppContext, *args: Any) -> tuple:
     if there:  # the same configuration, seed and code: that run's result, not a copy (lab/engine/sharing.py)
         text += (f" {there} of the grid's {len(claims)} configurations were already trained, training or queued on "
                  "this server: you see those runs (same configuration, same seed) instead of copies.")
-    return GridLaunch(preview=text, my_runs=remember_runs(runs, ids), **opening(ctx, ids, before=before)).values()
+    return GridLaunch(preview=text, my_runs=remember_runs(runs, ids), **opening(ids)).values()
 
 
 def axis_choices(hidden: tuple[str, ...] | list[str] = ()) -> list[tuple[str, str]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import gradio as gr
 
@@ -175,18 +175,16 @@ def compare_note(ctx: AppContext, last: Any, run_ids: list[str]) -> str:
     return compare_said(ctx, last, run_ids)[0]
 
 
-def compare_said(ctx: AppContext, last: Any, run_ids: list[str],
-                 told: Optional[tuple[str, bool, tuple[Mark, ...]]] = None) -> tuple[str, tuple[Mark, ...]]:
+def compare_said(ctx: AppContext, last: Any, run_ids: list[str]) -> tuple[str, tuple[Mark, ...]]:
     """Compare's note above the curves, and the steps to mark on them: the last preset's progress or
     explanation and the steps it quotes while exactly its runs are picked (with "my own seed", its runs and the
-    class's), else nothing (its sentence and marks never stand on other runs' curves). `told`: `said`'s answer
-    when the caller has it already."""
+    class's), else nothing (its sentence and marks never stand on other runs' curves)."""
     _, ids = last_runs(ctx, last)
     pooled = isinstance(last, dict) and last.get("class") is True
     other = other_versions(ctx, run_ids)
     if not ids or not (set(ids) == set(run_ids) or pooled and set(ids) <= set(run_ids)):
         return other, ()
-    text, _, marks = told or said(ctx, last)
+    text, _, marks = said(ctx, last)
     return text + (f"\n\n{other}" if other else ""), marks
 
 
@@ -227,35 +225,30 @@ class PresetLaunch(Outputs):
     status: Any = kept()
     timer: Any = kept()
     tabs: Any = kept()
-    pick: Any = kept()
-    metric: Any = kept()
-    group: Any = kept()
-    note: Any = kept()
-    shown: Any = kept()
+    asked: Any = kept()
 
 
 @errors_as_messages
-def run_preset(ctx: AppContext, preset: Preset, runs: Any, who: Any, own: Any = False, before: Any = None) -> tuple:
+def run_preset(ctx: AppContext, preset: Preset, runs: Any, who: Any, own: Any = False) -> tuple:
     """Ask for every run of `preset` (the runs already on this server for the same configurations, else new
     ones: lab/engine/sharing.py), remember them, and open Compare on them with the preset's curve. With `own`
     ("My own seed") they train the student's own seed and Compare pools the class's runs."""
     owner = who if isinstance(who, str) else ""
     seed = class_seed(owner) if own is True else None
-    return launch(ctx, preset, runs, owner, seed, "class" if own is True else "", before)
+    return launch(ctx, preset, runs, owner, seed, "class" if own is True else "")
 
 
 @errors_as_messages
-def run_again(ctx: AppContext, last: Any, runs: Any, who: Any, before: Any = None) -> tuple:
+def run_again(ctx: AppContext, last: Any, runs: Any, who: Any) -> tuple:
     """"Train again with a new seed": the last preset's runs, each with one new random seed."""
     preset, _ = last_runs(ctx, last)
     if preset is None:
         raise gr.Error("No preset has been run from this browser yet: click a preset first.")
-    return launch(ctx, preset, runs, who if isinstance(who, str) else "", fresh_seed(), before=before)
+    return launch(ctx, preset, runs, who if isinstance(who, str) else "", fresh_seed())
 
 
-def launch(ctx: AppContext, preset: Preset, runs: Any, owner: str, seed: int | None, seed_from: str = "",
-           before: Any = None) -> tuple:
-    """Claim the preset's runs, and open Compare on them (`before`: Compare's record of what it shows)."""
+def launch(ctx: AppContext, preset: Preset, runs: Any, owner: str, seed: int | None, seed_from: str = "") -> tuple:
+    """Claim the preset's runs, and open Compare on them."""
     cfgs = [c if seed is None else seeded(c, seed) for c in preset.runs]
     claims = ctx.jobs.claim_many(cfgs, owner=owner, seed_from=seed_from)
     ids = [c.run_id for c in claims]
@@ -263,12 +256,10 @@ def launch(ctx: AppContext, preset: Preset, runs: Any, owner: str, seed: int | N
     last = {"key": preset.key, "run_ids": ids, **({"class": True} if seed_from == "class" else {}),
             **({"note": describe_claim(attached[0]) + (" For runs of your own, click 🎲 *Train the last preset again "
                                                        "with a new seed* on the Presets tab.")} if attached else {})}
-    told = said(ctx, last)  # read once: the preset's line and Compare's note say the same
-    text, live, _ = told
+    text, live = status(ctx, last)
     shown = shown_runs(ctx, preset, ids, seed_from == "class")
     return PresetLaunch(last=last, my_runs=remember_runs(runs, ids), status=text, timer=gr.Timer(active=live),
-                        **compare_opening(ctx, shown, preset.metrics, compare_said(ctx, last, shown, told)[0],
-                                          before)).values()
+                        **compare_opening(shown, preset.metrics)).values()
 
 
 @errors_as_messages
@@ -284,13 +275,13 @@ def preset_restored(ctx: AppContext, stored: Any) -> tuple:
 
 
 @errors_as_messages
-def show_preset(ctx: AppContext, last: Any, before: Any = None) -> tuple:
+def show_preset(ctx: AppContext, last: Any) -> tuple:
     """Compare opened on the last preset's runs (an error when this browser has none)."""
     preset, ids = last_runs(ctx, last)
     if preset is None or not ids:
         raise gr.Error("No preset has been run from this browser yet (or its runs were deleted).")
     shown = shown_runs(ctx, preset, ids, isinstance(last, dict) and last.get("class") is True)
-    return Opened(**compare_opening(ctx, shown, preset.metrics, compare_said(ctx, last, shown)[0], before)).values()
+    return Opened(**compare_opening(shown, preset.metrics)).values()
 
 
 @errors_as_messages
@@ -320,14 +311,14 @@ class PresetsTab:
         ctx, opens = self.ctx, compare.opener(tabs)
         outputs = PresetLaunch.wired(self, my_runs=my_runs, **opens)
         for key, button in self.buttons.items():
-            button.click(partial(run_preset, ctx, PRESETS[key]), inputs=[my_runs, owner, self.own_seed, opens["shown"]],
+            button.click(partial(run_preset, ctx, PRESETS[key]), inputs=[my_runs, owner, self.own_seed],
                          outputs=outputs, api_name=f"preset_{key}")
-        self.again.click(partial(run_again, ctx), inputs=[self.last, my_runs, owner, opens["shown"]], outputs=outputs,
+        self.again.click(partial(run_again, ctx), inputs=[self.last, my_runs, owner], outputs=outputs,
                          api_name="preset_again")
         self.timer.tick(partial(preset_progress, ctx), inputs=self.last, outputs=[self.status, self.timer],
                         api_name="preset_poll", show_progress="hidden",
                         api_visibility=PRIVATE)
-        self.show.click(partial(show_preset, ctx), inputs=[self.last, opens["shown"]], outputs=Opened.wired(**opens),
+        self.show.click(partial(show_preset, ctx), inputs=[self.last], outputs=Opened.wired(**opens),
                         api_name="preset_show", api_visibility=PRIVATE)
         # the cards' estimates and last results follow the server: when the tab is opened, while a preset
         # trains, and once more when this browser's preset line changes (its last run finished: a tick's

@@ -13,11 +13,9 @@ views of the selection and the timer. A view is sent when its fingerprint change
 """
 from __future__ import annotations
 
-import collections
 import json
-import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Sequence
 
 import gradio as gr
@@ -36,43 +34,39 @@ WATCH_POLL_S = 5.0  # and while nothing shown trains: a run continued from anoth
 NoteSource = tuple[Any, Callable[[AppContext, Any, list[str]], tuple[str, tuple[Mark, ...]]]]
 
 
-class Openings:
-    """Which openings of Compare on other runs a later one has replaced, so a redraw dispatched for the runs
-    shown before returns nothing: a preset clicked while Compare redrew the last one's runs got the older
-    redraw's note and curves above its own runs until the next redraw. An opening (ui/compare/tab.py
-    `opening`) writes a fresh token into the page's record of what it shows and replaces the token there
-    before; a redraw carries the token of the page it was asked from."""
+@dataclass(frozen=True)
+class Asked:
+    """Another tab's request to open Compare on runs (a preset, the grid, Show the last preset): it writes the
+    request into a gr.State whose change fires `render`, the one event that writes the picker, the note and
+    the curves. The browser runs one call of that event at a time and defers a new trigger until the call
+    before has answered, so a request is answered after any redraw already under way, and the picker, the
+    note and the curves it sets come in one answer: never one selection's note or curves beside another's
+    picks (a preset clicked while a redraw for the runs shown before was on its way left that redraw's note
+    above the new runs, or the grid's curves under a preset's run, until a timer tick).
+    `token` tells a new request from one the page has answered (the page's record keeps it)."""
+    run_ids: tuple[str, ...]
+    metrics: Optional[tuple[str, ...]]  # None: the curves as they are
+    token: str
 
-    KEPT = 10_000  # tokens remembered (each a few dozen bytes): far more than a server's openings in an hour
+    @classmethod
+    def of(cls, value: Any) -> Optional["Asked"]:
+        """The request in the state's value, or None (nothing asked yet, or anything else)."""
+        if not isinstance(value, dict) or not isinstance(value.get("token"), str):
+            return None
+        metrics = value.get("metrics")
+        return cls(tuple(str(r) for r in value.get("run_ids") or ()),
+                   None if metrics is None else tuple(metric_list(metrics)), value["token"])
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._replaced: collections.OrderedDict[str, None] = collections.OrderedDict()
+    @staticmethod
+    def new(run_ids: Sequence[str], metrics: Optional[Sequence[str]] = None) -> dict:
+        """A fresh request's value for the state (JSON-able)."""
+        return {"run_ids": list(run_ids), "metrics": None if metrics is None else list(metrics),
+                "token": uuid.uuid4().hex}
 
-    def open(self, before: Any) -> str:
-        """A new opening's token; the one in `before` (the page's record, or anything) is replaced."""
-        old = before.get("opened") if isinstance(before, dict) else None
-        with self._lock:
-            if isinstance(old, str):
-                self._replaced[old] = None
-                while len(self._replaced) > self.KEPT:
-                    self._replaced.popitem(last=False)
-        return uuid.uuid4().hex
-
-    def replaced(self, shown: dict) -> bool:
-        with self._lock:
-            return shown.get("opened") in self._replaced
-
-    def renewed(self, shown: dict) -> dict:
-        """What a redraw for a replaced record sends: no view, only a fresh, empty record. A redraw that passed
-        its last check just before an opening can still store its record after the opening's; a page holding
-        that replaced record would otherwise get nothing from any later redraw (the runs shown before stayed
-        under the new runs' note). With the empty record, the next redraw draws every view for the page's
-        controls as they are then."""
-        return {"shown": {"selection": "", "opened": self.open(shown)}}
-
-
-OPENINGS = Openings()
+    def applied(self, c: "Controls") -> "Controls":
+        """The controls with the request's runs picked, its curves (if any) and seed repeats grouped."""
+        return replace(c, run_ids=tuple(dict.fromkeys(self.run_ids)), metrics=self.metrics or c.metrics,
+                       grouped=True)
 
 
 @dataclass(frozen=True)
@@ -126,11 +120,14 @@ def draw(ctx: AppContext, c: Controls, sel: Selection, redraw: dict[str, bool], 
 
 
 def render(ctx: AppContext, c: Controls, shown: dict,
-           note: Optional[Callable[[list[str]], tuple[str, tuple[Mark, ...]]]] = None) -> dict:
-    """The views (by output name) that differ from `shown`, plus the new `shown` under "shown"; for a page
-    record another opening has replaced, no view (`Openings`: checked before the work and again after it)."""
-    if OPENINGS.replaced(shown):
-        return OPENINGS.renewed(shown)
+           note: Optional[Callable[[list[str]], tuple[str, tuple[Mark, ...]]]] = None,
+           asked: Optional[Asked] = None) -> dict:
+    """The views (by output name) that differ from `shown`, plus the new `shown` under "shown". A request
+    the page has not answered yet (`asked`) sets the controls it names first: the picker, the curves and
+    the grouping are sent with the views drawn for them."""
+    opening = asked is not None and shown.get("asked") != asked.token
+    if opening:
+        c = asked.applied(c)
     listing = ctx.store.list()  # read before any metrics: a run that ends later is redrawn by the next tick
     indexed, listed = listing.set_index("run_id"), only(listing, c.filters)
     states = {r: (indexed.loc[r, "state"], _key(indexed.loc[r].get("step"))) for r in c.run_ids if r in indexed.index}
@@ -144,7 +141,7 @@ def render(ctx: AppContext, c: Controls, shown: dict,
         return True
 
     table, picker, selection = run_table(listed), choices(listed, list(c.run_ids), listing), _key([c.run_ids, states])
-    text, marks = note(list(dict.fromkeys(c.run_ids))) if note is not None else ("", ())
+    text, marks = note(list(c.run_ids)) if note is not None else ("", ())
     redraw = {"curves": changed("curves", _key([selection, c.metrics, c.x, c.smoothing, marks])) or live,
               "finals": changed("finals", _key([selection, c.diff_only])) or live,
               "groups": changed("groups", _key([selection, c.metrics[0], c.x, c.smoothing, c.grouped])) or live,
@@ -154,8 +151,13 @@ def render(ctx: AppContext, c: Controls, shown: dict,
                          metrics=redraw["curves"] or (redraw["groups"] and c.grouped) or redraw["stability"])
     if changed("table", _frame_key(table)):
         out["table"] = table
-    if changed("choices", _key(picker)):
-        out["pick"] = gr.Dropdown(choices=picker)
+    if changed("choices", _key(picker)) or opening:
+        out["pick"] = gr.update(choices=picker, value=list(c.run_ids)) if opening else gr.Dropdown(choices=picker)
+    if opening:
+        new["asked"] = asked.token
+        out["group"] = gr.update(value=True)
+        if asked.metrics:
+            out["metric"] = gr.update(value=list(c.metrics))
     out.update(draw(ctx, c, sel, redraw, with_params, marks))
     if changed("selection", _key(c.run_ids)) and "selection" in shown:
         out["files"] = gr.File(value=None, visible=False)  # files exported for another selection
@@ -168,6 +170,4 @@ def render(ctx: AppContext, c: Controls, shown: dict,
     if changed("timer", _key(timer)):
         out["timer"] = gr.update(**timer)  # explicit: a Timer(active=True) equals its default, sent as nothing
     out["shown"] = new
-    if OPENINGS.replaced(shown):  # drawn for runs another opening has replaced on the page: no view to send
-        return OPENINGS.renewed(shown)
     return out

@@ -12,7 +12,9 @@ the last change (a curve switch once left the previous curve's values under the 
 by a slower second handler). The page's last drawn state is kept in a gr.State, so a call sends only
 what changed: an idle page sends nothing, and the picker's labels update without firing it again.
 
-Other tabs (presets, the ablation grid) open it on their runs through `opening` and `CompareTab.opener`.
+Other tabs (presets, the ablation grid) open it on their runs through `opening` and `CompareTab.opener`:
+they write a request that fires the same event, so only that event ever writes the picker, the note and
+the curves, and one answer brings all three (ui/compare/render.py `Asked`).
 """
 from __future__ import annotations
 
@@ -31,59 +33,41 @@ from lab.views.curves import CURVES, X_AXES
 from lab.views.plots import to_png
 from ui.common import AppContext, Outputs, errors_as_messages, kept, with_api_params
 from ui.compare.class_board import build_publish_panel
-from ui.compare.render import LIVE_POLL_S, OPENINGS, Controls, NoteSource, render
+from ui.compare.render import LIVE_POLL_S, Asked, Controls, NoteSource, render
 
 DEFAULT_CURVES = ["train loss (batch)"]
 
 
 @dataclass
 class CompareTab:
-    """What other tabs drive: the selection, the curves shown, the grouping, a note above the curves."""
+    """What other tabs drive: the selection, the curves shown, the grouping, a note above the curves, and the
+    request to open the tab on other runs (`opening`)."""
     tab: gr.Tab
     pick: gr.Dropdown
     metric: gr.Dropdown
     group: gr.Checkbox
     note: gr.Markdown
     curves: gr.Plot
-    shown: gr.State
+    asked: gr.State
 
     def opener(self, tabs: gr.Tabs) -> dict[str, Any]:
         """The components that opening Compare on other runs writes, by `Opened`'s field names."""
-        return {"tabs": tabs, "pick": self.pick, "metric": self.metric, "group": self.group, "note": self.note,
-                "shown": self.shown}
+        return {"tabs": tabs, "asked": self.asked}
 
 
 @dataclass(frozen=True)
 class Opened(Outputs):
-    """Compare opened on other runs: the tab bar, the picker, the curves, the grouping, the note above the
-    curves and what the page shows (`opening`)."""
+    """Compare opened on other runs: the tab bar and the request (`opening`)."""
     tabs: Any = kept()
-    pick: Any = kept()
-    metric: Any = kept()
-    group: Any = kept()
-    note: Any = kept()
-    shown: Any = kept()
+    asked: Any = kept()
 
 
-def opening(ctx: AppContext, run_ids: list[str], metrics: Optional[Sequence[str]] = None,
-            note: str = "", before: Any = None) -> dict[str, Any]:
-    """Compare opened on `run_ids`, by `Opened`'s field names: the tab selected, the picker set to them, the
-    curves `metrics` (None: as they are), grouping on, and `note` above the curves, the note for these runs,
-    at once: the note of the runs shown before stood above these until the redraw answered (a preset clicked
-    right after another showed the first's sentence above the second's runs). The page's record of what it
-    shows is emptied, so the redraw that follows sends every view for these runs, the note among them (its
-    `selection`, unlike any real one, also takes away files exported for the runs before), and holds a new
-    opening's token: a redraw still running for the record `before` (the page's, when the opener reads it)
-    sends nothing (ui/compare/render.py `Openings`). One event redraws the tab once they are in (see the
-    module's docstring)."""
-    return {"tabs": gr.Tabs(selected="compare"), "pick": select(ctx, run_ids),
-            "metric": gr.skip() if metrics is None else gr.update(value=list(metrics)), "group": gr.Checkbox(value=True),
-            "note": note, "shown": {"selection": "", "opened": OPENINGS.open(before)}}
-
-
-def select(ctx: AppContext, run_ids: list[str]) -> dict:
-    """The run picker set to `run_ids` (with every listed run as a choice): how other tabs open Compare."""
-    return gr.update(choices=choices(ctx.store.list(), run_ids), value=list(run_ids))
+def opening(run_ids: Sequence[str], metrics: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """Compare opened on `run_ids`, by `Opened`'s field names: the tab selected, and a request for the runs,
+    the curves `metrics` (None: as they are) and grouping on. The tab's one event answers it (its change
+    fires that event): the picker, the note and the views for these runs come in one answer, after any
+    redraw already under way for the runs shown before (ui/compare/render.py `Asked`)."""
+    return {"tabs": gr.Tabs(selected="compare"), "asked": Asked.new(run_ids, metrics)}
 
 
 def export(ctx: AppContext, run_ids: list[str], metric: Any, x: str, smoothing: float,
@@ -124,6 +108,7 @@ class Page:
     views: dict[str, Any]  # render's outputs by name (ui/compare/render.py)
     export_btn: gr.Button
     files: gr.File
+    asked: gr.State  # another tab's request to open the tab on runs (`opening`)
 
     @property
     def controls(self) -> list[Any]:
@@ -163,7 +148,7 @@ def _curve_controls() -> tuple[gr.Dropdown, gr.Radio, gr.Slider, gr.Checkbox, gr
 
 
 OUTPUTS = ("table", "pick", "curves", "finals", "configs", "params", "stability", "bands", "groups", "files", "timer",
-           "note", "shown")  # what /compare returns, in this order (a script reads them by position)
+           "note", "shown", "metric", "group")  # what /compare returns, in this order (a script reads them by position)
 
 
 def _views() -> dict[str, Any]:
@@ -197,15 +182,17 @@ def _lay_out(ctx: AppContext) -> Page:
         files = gr.File(label="Exported files", file_count="multiple", interactive=False, visible=False,
                         elem_id="compare-files")
         views.update(table=table, pick=pick, files=files, note=note, timer=gr.Timer(LIVE_POLL_S, active=False),
-                     shown=gr.State({}))  # shown: what the page shows now (ui/compare/render.py)
+                     shown=gr.State({}), metric=metric, group=group)  # shown: what the page shows now (ui/compare/render.py)
+        asked = gr.State({})
         views = {name: views[name] for name in OUTPUTS}  # the /compare endpoint's outputs, in the API's order
         build_publish_panel(ctx, pick)
     return Page(tab, note, filters, refresh, table, pick, all_btn, metric, xaxis, smooth, diff_only, group, views,
-                export_btn, files)
+                export_btn, files, asked)
 
 
 def _wire_render(ctx: AppContext, page: Page, note_source: Optional[NoteSource]) -> None:
-    """One event draws every view (see the module's docstring): any control, Refresh, the tab, the timer."""
+    """One event draws every view (see the module's docstring): any control, Refresh, the tab, the timer, and
+    another tab's request to open it on runs."""
     outputs = page.views
     note_input = [note_source[0]] if note_source else []
     note_fn: Optional[Callable] = note_source[1] if note_source else None
@@ -213,18 +200,19 @@ def _wire_render(ctx: AppContext, page: Page, note_source: Optional[NoteSource])
 
     @errors_as_messages
     def on_change(*args: Any) -> dict:
-        *fs, run_ids, metrics, x, smoothing, diff, grouped, state = args[:n + 1]
+        *fs, run_ids, metrics, x, smoothing, diff, grouped, state, asked = args[:n + 2]
         controls = Controls.of(fs, run_ids, metrics, x, smoothing, diff, grouped)
-        note_value = args[n + 1] if note_fn else None
+        note_value = args[n + 2] if note_fn else None
         views = render(ctx, controls, state if isinstance(state, dict) else {},
-                       (lambda ids: note_fn(ctx, note_value, ids)) if note_fn else None)
+                       (lambda ids: note_fn(ctx, note_value, ids)) if note_fn else None, Asked.of(asked))
         return {outputs[name]: value for name, value in views.items()}
 
-    triggers = [c.change for c in page.controls] + [page.refresh.click, page.tab.select, outputs["timer"].tick]
+    triggers = [c.change for c in page.controls] + [page.refresh.click, page.tab.select, outputs["timer"].tick,
+                                                    page.asked.change]
     gr.on(triggers,
           with_api_params(on_change, FILTER_PARAMS + ["run_ids", "metric", "x", "smoothing", "diff_only", "grouped",
-                                                      "shown"] + (["last_preset"] if note_fn else [])),
-          inputs=[*page.controls, outputs["shown"], *note_input], outputs=list(outputs.values()), api_name="compare",
+                                                      "shown", "asked"] + (["last_preset"] if note_fn else [])),
+          inputs=[*page.controls, outputs["shown"], page.asked, *note_input], outputs=list(outputs.values()), api_name="compare",
           trigger_mode="always_last", show_progress="hidden")
 
 
@@ -248,5 +236,4 @@ def build_compare_tab(ctx: AppContext, note_source: Optional[NoteSource] = None)
     page = _lay_out(ctx)
     _wire_render(ctx, page, note_source)
     _wire_buttons(ctx, page)
-    return CompareTab(page.tab, page.pick, page.metric, page.group, page.note, page.views["curves"],
-                      page.views["shown"])
+    return CompareTab(page.tab, page.pick, page.metric, page.group, page.note, page.views["curves"], page.asked)
