@@ -68,9 +68,17 @@ def test_the_page_offers_train_on_gpu_and_answers_beside_it(zerogpu):
     with chromium() as browser:
         page = open_page(browser, server.url, WAIT_MS)
         fill(page, "#steps", "60")
+        page.evaluate(NOTE_HISTORY)  # every text the note shows from now on (for the message of a failure)
         page.locator("#gpu-btn").click()
         note = page.locator("#start-note")
-        expect(note).to_contain_text("No GPU now (ZeroGPU client error: No GPU was available", timeout=WAIT_MS)
-        expect(note).to_contain_text("The run goes on in the CPU queue", timeout=WAIT_MS)
+        said = "No GPU now (ZeroGPU client error: No GPU was available"
+        expect(note).to_contain_text(said, timeout=WAIT_MS)
         expect(page.locator("#progress")).to_contain_text("Completed", timeout=WAIT_MS)
+        history = page.evaluate("() => window.__noteHistory")
+        assert said in note.inner_text() and "The run goes on in the CPU queue" in note.inner_text(), history
         assert_no_errors(page)
+
+
+NOTE_HISTORY = """() => { window.__noteHistory = []; const n = document.querySelector('#start-note');
+  new MutationObserver(() => window.__noteHistory.push([Math.round(performance.now()), n.innerText.slice(0, 60)]))
+    .observe(n, {subtree: true, childList: true, characterData: true}); }"""

@@ -106,6 +106,9 @@ def build_train_tab(ctx: AppContext, my_runs: gr.BrowserState, owner: gr.Browser
     return TrainTab(widgets, run_pick, load_handler(ctx, view), [my_runs, owner], load_outputs(view), grid)
 
 
+CLEAR_REFUSAL_JS = "(note) => typeof note === 'string' && note.startsWith('⚠️') ? '' : note"
+
+
 def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button]) -> None:
     """The tab's events: the knobs' summary, Start (and Train on GPU), the live poll, Continue, Stop, Delete."""
     inputs = [v.widgets[k] for k in KNOB_KEYS]
@@ -116,8 +119,10 @@ def wire_train_tab(ctx: AppContext, v: TrainView, buttons: dict[str, gr.Button])
     # choices) would reject a bad value with a message that names no field; config_from_values names it.
     gr.on([], with_api_params(partial(validate, ctx=ctx), names), inputs=inputs, outputs=v.summary,
           api_name="validate", show_progress="hidden", preprocess=False)  # API only: see wire_knob_changes
-    gr.on(changes, None, outputs=v.note, js="() => ''", show_progress="hidden", api_name="clear_start_note",
-          queue=False, api_visibility=PRIVATE)  # a changed knob may be what a refused Start named: its note goes (in the browser)
+    # a changed knob may be what a refused Start named: a refusal goes (in the browser); the note on a run
+    # (watched, or training on the GPU) stays, since it speaks of the run shown, not of the knobs
+    gr.on(changes, None, inputs=v.note, outputs=v.note, js=CLEAR_REFUSAL_JS, show_progress="hidden",
+          api_name="clear_start_note", queue=False, api_visibility=PRIVATE)
     started = StartOut.wired(v, seed=v.widgets["train.seed"])
     v.start.click(with_api_params(partial(on_start, ctx), names + ["my_runs", "owner", "own_seed"]),
                   inputs=inputs + [v.my_runs, v.owner, v.own_seed], outputs=started, api_name="start",
