@@ -209,7 +209,7 @@ def descendants(pid: int) -> set[int]:
 # ---- the app's API through gradio_client --------------------------------------------------------------
 
 COMPARE_OUTPUTS = ("table", "pick", "curves", "finals", "configs", "params", "stability", "bands", "groups", "files",
-                   "timer", "note", "metric", "group")  # what Compare's one event returns (ui/compare/tab.py), as
+                   "timer", "note", "metric", "group", "cell", "lengths")  # what Compare's one event returns (ui/compare/tab.py), as
 # gradio_client sees it (without the page's record, a gr.State)
 WAIT_S = 120.0  # a run started through the API finishes within this
 SMALL = {"task": "copy", "max_len": 4, "d_model": 32, "n_heads": 2, "steps": 150}  # Train tab knobs of a short run

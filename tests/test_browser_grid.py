@@ -133,8 +133,32 @@ def test_grid_of_8_runs_opens_compare_grouped_then_a_preset_on_its_run_alone(pag
     assert_no_errors(page)
     print(f"\ngrid: estimate {wall} s (2 at a time); 8 runs finished {took:.0f} s after launch")
     shoot(page, browser_app.runs_dir.parent / "grid-compare.png", top="#compare-bands", settle_ms=500)
+    see_accuracy_by_length(page)
 
     run_hello_sort(page, browser_app)  # Compare showing the grid's 8 runs: the preset's run replaces them
+
+
+def see_accuracy_by_length(page) -> None:
+    """Compare's accuracy-by-length panel on the grid's runs (reverse, trained on lengths 1-8, scored to 16): the
+    first configuration drawn at once, another picked by typing its name and Enter, then by the mouse."""
+    from playwright.sync_api import expect
+
+    page.locator("#compare-lengths-panel").get_by_text("Accuracy by input length").first.click()
+    cell, title = page.locator("#compare-cell input"), page.locator("#compare-lengths .gtitle")
+    expect(cell).to_have_value(GROUPS[0], timeout=WAIT_MS)
+    said = re.compile(r"lengths 1-8: \d+%; longer lengths 9-16: \d+% \(mean over 2 seeds\)")
+    expect(title).to_contain_text(GROUPS[0], timeout=WAIT_MS)
+    expect(title).to_contain_text(said)
+    expect(page.locator("#compare-lengths .legendtext")).to_have_text(["seed 1", "seed 2", "mean over seeds"])
+    cell.click()
+    cell.fill("alibi post")
+    cell.press("Enter")
+    expect(title).to_contain_text(GROUPS[3], timeout=WAIT_MS)
+    expect(cell).to_have_value(GROUPS[3])
+    choose(page, "#compare-cell", GROUPS[1])
+    expect(title).to_contain_text(GROUPS[1], timeout=WAIT_MS)
+    expect(title).to_contain_text(said)
+    assert_no_errors(page)
 
 
 def run_hello_sort(page, browser_app) -> None:

@@ -94,9 +94,9 @@ def logit_lens(run: Run, text: Optional[str] = None) -> pd.DataFrame:
 
 def accuracy_by_length(run: Run, per_length: int = 64) -> pd.DataFrame:
     """The run's held-out token accuracy and exact-match at each input length, its training lengths and the
-    longer ones it never saw (lab/teach/length_accuracy.py: the curve behind a cell of the length-generalization
+    longer ones it never saw (lab/views/length_curves.py: the curve behind a cell of the length-generalization
     map), from its final weights: a row per length."""
-    from lab.teach.length_accuracy import accuracy_by_length as by_length
+    from lab.views.length_curves import accuracy_by_length as by_length
 
     rows = by_length(run.model, run.config, per_length)
     return pd.DataFrame([{"trained": r.trained, "token_acc": r.token_acc, "exact_match": r.exact_match} for r in rows],

@@ -24,6 +24,7 @@ import pandas as pd
 from lab.engine.store import LIVE_STATES
 from lab.views.compare_figures import finals_view, groups_view, page_curves, params_png, stability_view
 from lab.views.curve_figures import Mark
+from lab.views.length_curves import cell_figure, length_cells
 from lab.views.compare_frames import (GROUP_COLS, Selection, choices, curve_series, map_measure, metric_list, only,
                                       read_selection, run_table)
 from ui.common import AppContext
@@ -79,13 +80,14 @@ class Controls:
     smoothing: float
     diff_only: bool
     grouped: bool
+    cell: str = ""  # the configuration whose accuracy by length is drawn ("": the first there is)
 
     @classmethod
     def of(cls, filters: Sequence[Any], run_ids: Any, metrics: Any, x: Any, smoothing: Any, diff_only: Any,
-           grouped: Any) -> "Controls":
+           grouped: Any, cell: Any = "") -> "Controls":
         return cls(tuple(tuple(f or ()) for f in filters), tuple(dict.fromkeys(run_ids or [])),
                    tuple(metric_list(metrics)), str(x or "step"), float(smoothing or 0.0), bool(diff_only),
-                   bool(grouped))
+                   bool(grouped), cell if isinstance(cell, str) else "")
 
 
 def _key(value: Any) -> str:
@@ -116,6 +118,22 @@ def draw(ctx: AppContext, c: Controls, sel: Selection, redraw: dict[str, bool], 
     if redraw["stability"]:
         fig = stability_view(sel, map_measure(c.metrics))
         out["stability"] = gr.Plot(value=fig, visible=fig is not None)
+    return out
+
+
+def by_length(ctx: AppContext, c: Controls, rows: dict[str, dict[str, Any]], changed: Callable[[str, str], bool]) -> dict:
+    """The accuracy-by-length panel (lab/views/length_curves.py): the configurations of the picked runs that
+    are scored on longer inputs, and the picked one's curve, each sent when it changed (`changed`: render's
+    record). The curve is measured once per run and version of its weights, for every page."""
+    cells = length_cells(rows)
+    cell = c.cell if c.cell in cells else next(iter(cells), "")
+    out: dict = {}
+    if changed("cells", _key([list(cells), cell])):
+        out["cell"] = gr.update(choices=list(cells), value=cell or None)
+    members = cells.get(cell, [])
+    if changed("lengths", _key([cell, [(r, rows[r].get("updated_at")) for r in members]])):
+        fig = cell_figure(ctx.store, rows, cell, members)
+        out["lengths"] = gr.Plot(value=fig, visible=fig is not None)
     return out
 
 
@@ -163,6 +181,7 @@ def render(ctx: AppContext, c: Controls, shown: dict,
         out["files"] = gr.File(value=None, visible=False)  # files exported for another selection
     if note is not None and changed("note", text):
         out["note"] = new["note"]
+    out.update(by_length(ctx, c, {r: indexed.loc[r].to_dict() for r in c.run_ids if r in indexed.index}, changed))
     # the timer: every LIVE_POLL_S while a run shown trains; else, with runs stored, every WATCH_POLL_S, since
     # another screen may continue one (a page that stopped polling kept showing it "stopped" until Refresh)
     period = LIVE_POLL_S if live or listed["state"].isin(LIVE_STATES).any() else WATCH_POLL_S

@@ -113,7 +113,8 @@ class Page:
     @property
     def controls(self) -> list[Any]:
         """render's inputs in `Controls.of`'s order (the page's state follows them)."""
-        return [*self.filters, self.pick, self.metric, self.xaxis, self.smooth, self.diff_only, self.group]
+        return [*self.filters, self.pick, self.metric, self.xaxis, self.smooth, self.diff_only, self.group,
+                self.views["cell"]]
 
 
 def _selection_controls() -> tuple[list[gr.Dropdown], gr.Button, gr.Dataframe, gr.Dropdown, gr.Button]:
@@ -148,19 +149,27 @@ def _curve_controls() -> tuple[gr.Dropdown, gr.Radio, gr.Slider, gr.Checkbox, gr
 
 
 OUTPUTS = ("table", "pick", "curves", "finals", "configs", "params", "stability", "bands", "groups", "files", "timer",
-           "note", "shown", "metric", "group")  # what /compare returns, in this order (a script reads them by position)
+           "note", "shown", "metric", "group", "cell", "lengths")  # what /compare returns, in this order (a script
+# reads them by position)
 
 
 def _views() -> dict[str, Any]:
     """The views that render draws, by its output names (the note, the table, the picker and the files are
-    laid out elsewhere and added by the caller)."""
-    return {
+    laid out elsewhere and added by the caller), top to bottom."""
+    views = {
         "stability": gr.Plot(label="Stability map", show_label=False, visible=False, elem_id="compare-stability"),
         "bands": gr.Plot(label="Seed repeats: mean and min-max band", show_label=False, visible=False,
                          elem_id="compare-bands"),
         "groups": gr.Dataframe(pd.DataFrame(columns=GROUP_COLS), interactive=False, visible=False,
                                label="Final metrics by group: mean [min, max] over seeds", elem_id="compare-groups"),
-        "curves": gr.Plot(label="Selected runs", show_label=False, elem_id="compare-curves"),
+        "curves": gr.Plot(label="Selected runs", show_label=False, elem_id="compare-curves")}
+    with gr.Accordion("Accuracy by input length", open=False, elem_id="compare-lengths-panel"):
+        views["cell"] = gr.Dropdown([], value="", label="Configuration", elem_id="compare-cell", allow_custom_value=True,
+                                    info="Picked runs whose task is scored on inputs longer than its training ones "
+                                         "(finished runs; a configuration's seeds together).")
+        views["lengths"] = gr.Plot(label="Accuracy by input length", show_label=False, visible=False,
+                                   elem_id="compare-lengths")
+    views |= {
         "finals": gr.Dataframe(pd.DataFrame(columns=["run", *(c for c in FINALS.values() if c not in WHEN_MEASURED)]),
                                label="Final metrics",
                                interactive=False, elem_id="compare-finals"),
@@ -168,6 +177,7 @@ def _views() -> dict[str, Any]:
                                 elem_id="compare-configs"),
         "params": gr.Plot(label="Parameters per component", show_label=False, visible=False,
                           elem_id="compare-params")}
+    return views
 
 
 def _lay_out(ctx: AppContext) -> Page:
@@ -200,8 +210,8 @@ def _wire_render(ctx: AppContext, page: Page, note_source: Optional[NoteSource])
 
     @errors_as_messages
     def on_change(*args: Any) -> dict:
-        *fs, run_ids, metrics, x, smoothing, diff, grouped, state, asked = args[:n + 2]
-        controls = Controls.of(fs, run_ids, metrics, x, smoothing, diff, grouped)
+        *fs, run_ids, metrics, x, smoothing, diff, grouped, cell, state, asked = args[:n + 2]
+        controls = Controls.of(fs, run_ids, metrics, x, smoothing, diff, grouped, cell)
         note_value = args[n + 2] if note_fn else None
         views = render(ctx, controls, state if isinstance(state, dict) else {},
                        (lambda ids: note_fn(ctx, note_value, ids)) if note_fn else None, Asked.of(asked))
@@ -211,8 +221,9 @@ def _wire_render(ctx: AppContext, page: Page, note_source: Optional[NoteSource])
                                                     page.asked.change]
     gr.on(triggers,
           with_api_params(on_change, FILTER_PARAMS + ["run_ids", "metric", "x", "smoothing", "diff_only", "grouped",
-                                                      "shown", "asked"] + (["last_preset"] if note_fn else [])),
-          inputs=[*page.controls, outputs["shown"], page.asked, *note_input], outputs=list(outputs.values()), api_name="compare",
+                                                      "cell", "shown", "asked"] + (["last_preset"] if note_fn else [])),
+          inputs=[*page.controls, outputs["shown"], page.asked, *note_input], outputs=list(outputs.values()),
+          api_name="compare",
           trigger_mode="always_last", show_progress="hidden")
 
 

@@ -242,4 +242,5 @@ def explain(results: Mapping[str, Mapping[str, Any]]) -> str:
         parts.append(f"Of {len(marks)} cells with a paper number, {marks.count(SAME)} give the paper's verdict, "
                      f"{marks.count(DIFFERENT)} a different one and {marks.count(SPREAD)} depend on the seed "
                      "(docs/SCIENCE.md says where the toy map differs from the paper's).")
-    return " ".join(parts) + "\n\n" + _table(got, rows, tasks, len(seeds))
+    return (" ".join(parts) + "\n\n" + _table(got, rows, tasks, len(seeds)) + "\n\nEach cell's accuracy at every "
+            "length, training lengths and longer ones: *Accuracy by input length*, below the curves.")
