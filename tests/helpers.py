@@ -517,21 +517,24 @@ def short_training(steps: int = 3) -> Callable[..., "TrainResult"]:
 
 def preset_bundle(folder: Path, keys: list[str], steps: int = 3) -> Path:
     """A lesson bundle of these presets' runs (lab/engine/bundle.py), each trained `steps` steps under its
-    preset's config: what `python -m lab bundle` writes, in seconds instead of the lesson's minutes."""
+    preset's config: what `python -m lab bundle` writes, in seconds instead of the lesson's minutes. A
+    configuration two presets share is one run; each is created as the job manager creates it (its identity
+    and code version) and trained here, one after another, on one thread (a third of the job manager's time:
+    no queue to wait on between runs)."""
     from lab.engine.bundle import write_bundle
-    from lab.engine.jobs import JobManager
+    from lab.engine.identity import code_version, identity
+    from lab.engine.recorder import record_run
     from lab.engine.store import RunStore
     from lab.teach.presets.catalog import PRESETS
 
     store = RunStore(folder / "bundle-runs")
-    jobs = JobManager(store, max_concurrent=1, train_fn=short_training(steps))
-    try:
-        claims = jobs.claim_many([cfg for key in keys for cfg in PRESETS[key].runs])
-        ids = list(dict.fromkeys(c.run_id for c in claims))
-        for run_id in ids:
-            assert jobs.wait(run_id, 600).state == "completed", store.status(run_id)
-    finally:
-        jobs.shutdown(wait=True)
-    write_bundle(store, ids, folder / "lesson.zip", keys)
+    ids, trainer = {}, short_training(steps)
+    for cfg in (cfg for key in keys for cfg in PRESETS[key].runs):
+        if identity(cfg) not in ids:
+            run_id = store.create(cfg, identity=identity(cfg), code_version=code_version())
+            record_run(store, run_id, train_fn=trainer, threads=1)
+            assert store.status(run_id)["state"] == "completed", store.status(run_id)
+            ids[identity(cfg)] = run_id
+    write_bundle(store, list(ids.values()), folder / "lesson.zip", keys)
     store.close()
     return folder / "lesson.zip"
