@@ -146,7 +146,7 @@ def see_accuracy_by_length(page) -> None:
     page.locator("#compare-lengths-panel").get_by_text("Accuracy by input length").first.click()
     cell, title = page.locator("#compare-cell input"), page.locator("#compare-lengths .gtitle")
     expect(cell).to_have_value(GROUPS[0], timeout=WAIT_MS)
-    said = re.compile(r"lengths 1-8: \d+%; longer lengths 9-16: \d+% \(mean over 2 seeds\)")
+    said = re.compile(r"lengths 1-8: \d+%[\s\u200b]*longer lengths 9-16: \d+% \(mean over 2 seeds\)")
     expect(title).to_contain_text(GROUPS[0], timeout=WAIT_MS)
     expect(title).to_contain_text(said)
     expect(page.locator("#compare-lengths .legendtext")).to_have_text(["seed 1", "seed 2", "mean over seeds"])

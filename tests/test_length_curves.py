@@ -59,8 +59,8 @@ def test_the_curve_is_the_runs_own_measure_and_measured_once(runs, tmp_path):
     fig = length_figure(frame, "parity RNN")
     title = fig.layout.title.text
     longer = frame[~frame["trained"]]["token_acc"].mean()
-    assert title.startswith("parity RNN<br><sup>lengths 1-4: ") and f"longer lengths 5-8: {longer:.0%} (mean over 2 seeds)" \
-        in title, title
+    assert title.startswith("parity RNN<br><sup>lengths 1-4: ") and \
+        f"<br><sup>longer lengths 5-8: {longer:.0%} (mean over 2 seeds)</sup>" in title, title
     assert [t.name for t in fig.data] == ["seed 0", "seed 1", "mean over seeds"]
 
 
@@ -81,3 +81,23 @@ def test_compare_draws_the_picked_configuration_and_redraws_only_on_a_change(run
     none = render(ctx, Controls.of([None] * 4, ids["no longer lengths"], "held-out loss", "step", 0.0, True, True,
                                    other), same["shown"])
     assert none["cell"]["choices"] == [] and none["lengths"].visible is False
+
+
+def test_a_run_without_final_weights_is_left_out_not_a_traceback(runs, tmp_path):
+    """A finished run whose weights are gone (a fake trainer's, a damaged store's) is left out of the curve;
+    with no run left, the panel hides its plot."""
+    import shutil
+
+    ctx, ids = runs
+    copies = [f"{r[:-6]}c0ffee" if i == 0 else r for i, r in enumerate(ids["rnn"])]
+    shutil.copytree(ctx.store.path(ids["rnn"][0]), ctx.store.path(copies[0]))
+    (ctx.store.path(copies[0]) / "weights.safetensors").unlink()
+    (ctx.store.path(copies[0]) / "checkpoint.safetensors").unlink()
+    try:
+        rows = rows_of(ctx, copies)
+        frame = length_frame(ctx.store, rows, copies, LengthCache())
+        assert set(frame["run"]) == {copies[1]}
+        alone = render(ctx, Controls.of([None] * 4, copies[:1], "held-out loss", "step", 0.0, True, True), {})
+        assert alone["lengths"].visible is False
+    finally:
+        shutil.rmtree(ctx.store.path(copies[0]))

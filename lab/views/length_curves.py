@@ -22,6 +22,7 @@ import torch
 
 from lab.config import RunConfig
 from lab.engine.store import RunStore
+from lab.engine.storefs import DamagedRunError, RunNotFoundError
 from lab.evaluation import measure
 from lab.tasks.batches import eval_batches, get_task
 from lab.views.run_labels import CONFIG_PREFIXES, label_groups
@@ -120,10 +121,15 @@ LENGTHS = LengthCache()
 def length_frame(store: RunStore, rows: Mapping[str, Mapping[str, Any]], run_ids: Sequence[str],
                  cache: LengthCache = LENGTHS) -> pd.DataFrame:
     """The runs' accuracy at each length, a row per run and length (LENGTH_COLS); `rows`: their listing rows,
-    whose update time versions the weights."""
-    out = [{"run": r, "seed": rows[r].get("train.seed"), "length": a.length, "trained": a.trained,
-            "token_acc": a.token_acc, "exact_match": a.exact_match}
-           for r in run_ids for a in cache.get(store, r, str(rows[r].get("updated_at")))]
+    whose update time versions the weights. A run without final weights to read is left out."""
+    out = []
+    for r in run_ids:
+        try:
+            measured = cache.get(store, r, str(rows[r].get("updated_at")))
+        except (RunNotFoundError, DamagedRunError):  # no final weights to measure (deleted, damaged): left out
+            continue
+        out += [{"run": r, "seed": rows[r].get("train.seed"), "length": a.length, "trained": a.trained,
+                 "token_acc": a.token_acc, "exact_match": a.exact_match} for a in measured]
     return pd.DataFrame(out, columns=LENGTH_COLS)
 
 
@@ -137,7 +143,7 @@ def length_figure(frame: pd.DataFrame, title: str) -> Any:
     trained = frame[frame["trained"]]["length"]
     if len(trained):
         fig.add_vrect(x0=trained.min() - 0.5, x1=trained.max() + 0.5, fillcolor="rgba(0,0,0,0.07)", line_width=0,
-                      annotation_text="training lengths", annotation_position="top left")
+                      annotation_text="training lengths", annotation_position="bottom left")
     for (_, seed), g in frame.groupby(["run", "seed"], sort=False):
         g = g.sort_values("length")
         fig.add_trace(go.Scatter(x=g["length"].tolist(), y=g["token_acc"].tolist(), name=f"seed {seed}",
@@ -147,10 +153,11 @@ def length_figure(frame: pd.DataFrame, title: str) -> Any:
     fig.add_trace(go.Scatter(x=mean.index.tolist(), y=mean.tolist(), name="mean over seeds", mode="lines",
                              line={"color": "black", "width": 3},
                              hovertemplate="mean<br>length %{x}<br>token accuracy %{y:.1%}<extra></extra>"))
-    fig.update_xaxes(title={"text": "input length", "standoff": 6}, dtick=1 if frame["length"].nunique() <= 24 else None)
+    fig.update_xaxes(title={"text": "input length", "standoff": 6})  # ticks as the width allows (a phone's too)
     fig.update_yaxes(title={"text": "token accuracy (held out)", "standoff": 6}, range=[-0.02, 1.02], tickformat=".0%")
-    fig.update_layout(title={"text": f"{title}<br><sup>{summary(frame)}</sup>", "x": 0, "xanchor": "left"},
-                      template="plotly_white", height=380, margin={"l": 10, "r": 10, "t": 60, "b": 10},
+    said = "<br>".join(f"<sup>{line}</sup>" for line in summary(frame).split("; "))  # short lines: a phone's width
+    fig.update_layout(title={"text": f"{title}<br>{said}", "x": 0, "xanchor": "left"},
+                      template="plotly_white", height=400, margin={"l": 10, "r": 10, "t": 80, "b": 10},
                       legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0}, hovermode="closest")
     return fig
 
@@ -168,5 +175,6 @@ def summary(frame: pd.DataFrame) -> str:
 
 def cell_figure(store: RunStore, rows: Mapping[str, Mapping[str, Any]], name: str, run_ids: Sequence[str],
                 cache: LengthCache = LENGTHS) -> Any:
-    """The figure for the configuration `name` and its runs, or None without runs."""
-    return length_figure(length_frame(store, rows, run_ids, cache), name) if run_ids else None
+    """The figure for the configuration `name` and its runs, or None without a run to measure."""
+    frame = length_frame(store, rows, run_ids, cache)
+    return length_figure(frame, name) if len(frame) else None

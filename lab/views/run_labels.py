@@ -5,7 +5,10 @@ its id's tail so two runs never share a label."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Callable, Mapping, Optional
+
+import pandas as pd
 
 from lab.config import RECURRENT, declared_fields
 from lab.engine.grid import AXES
@@ -53,6 +56,14 @@ def own_name(row: dict[str, Any]) -> str:
     if all(k in fields and v == _text(row.get(fields[k])) for k, _, v in parts):
         return ""
     return name
+
+
+def without_seed(name: str, seed: Any) -> str:
+    """A run's own name less a trailing mention of its seed ('LSTM | parity | seed 1', 'sort s1', 'copy,
+    seed=1'), so the seeds of one configuration share the name of their group."""
+    if not name or seed is None or pd.isna(seed):
+        return name
+    return re.sub(rf"[\s|,;:-]*\b(?:seed|s)\s*=?\s*{int(seed)}\s*$", "", name).strip() or name
 
 
 def short_label(row: dict[str, Any], varied: Optional[list[str]] = None) -> str:
@@ -162,7 +173,8 @@ def label_groups(groups: Mapping[tuple, list[str]], rows: Mapping[str, Mapping[s
     names, _, cols, more = _naming(rows) if len(rows) > 1 else ({}, [], [], False)
     keys = {key: dict(key) for key in groups}
     columns = _varied(keys, _ordered([c for c, _ in next(iter(groups), ())]))
-    owns = {key: {own_name(rows[r]) for r in members} for key, members in groups.items()}
+    owns = {key: {without_seed(own_name(rows[r]), rows[r].get("train.seed")) for r in members}
+            for key, members in groups.items()}
     shared = [next(iter(n)) for n in owns.values() if len(n) == 1 and "" not in n]
     told, other = _fields(keys, columns, lambda key: "", GROUP_CHARS) if columns else ([], False)
     out = {}
