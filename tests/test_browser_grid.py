@@ -139,11 +139,11 @@ def test_grid_of_8_runs_opens_compare_grouped_then_a_preset_on_its_run_alone(pag
 
 
 def see_accuracy_by_length(page) -> None:
-    """Compare's accuracy-by-length panel on the grid's runs (reverse, trained on lengths 1-8, scored to 16): the
-    first configuration drawn at once, another picked by typing its name and Enter, then by the mouse."""
+    """Compare's accuracy-by-length panel (open, under the curves) on the grid's runs (reverse, trained on lengths
+    1-8, scored to 16): the first configuration drawn at once, another picked by typing its name and Enter, then
+    by the mouse."""
     from playwright.sync_api import expect
 
-    page.locator("#compare-lengths-panel").get_by_text("Accuracy by input length").first.click()
     cell, title = page.locator("#compare-cell input"), page.locator("#compare-lengths .gtitle")
     expect(cell).to_have_value(GROUPS[0], timeout=WAIT_MS)
     said = re.compile(r"lengths 1-8: \d+%[\s\u200b]*longer lengths 9-16: \d+% \(mean over 2 seeds\)")

@@ -24,7 +24,8 @@ WAIT_MS = 120_000
 TINY = RunConfig(model=ModelConfig(n_layers=2, n_heads=2, d_model=16, d_ff=32, pos="learned"),
                  task=TaskConfig(name="copy", max_len=4),
                  train=TrainConfig(steps=40, batch_size=16, warmup=0, eval_every=10, eval_samples=16, snapshots=3))
-# What a person sees of Compare: the curves' titles and points (as plotted), the band picture, the tables.
+# What a person sees of Compare: the curves' titles and points (as plotted), the band picture, the tables, and
+# the accuracy-by-length panel (the configuration picked, its curves' title and points).
 COMPARE_STATE = """() => { const g = document.querySelector('#compare-curves .js-plotly-plot');
   const rows = (sel) => [...document.querySelectorAll(sel + ' [role=row]')].map(r => r.innerText);
   const img = document.querySelector('#compare-bands img');
@@ -35,7 +36,11 @@ COMPARE_STATE = """() => { const g = document.querySelector('#compare-curves .js
                                     Array.from(t.y || []).map(v => v === null ? null : +(+v).toPrecision(6))])} : null,
           bands: img && img.offsetParent ? img.src : null, finals: rows('#compare-finals'),
           groups: document.querySelector('#compare-groups')?.offsetParent ? rows('#compare-groups') : null,
-          configs: rows('#compare-configs')}; }"""
+          configs: rows('#compare-configs'),
+          cell: document.querySelector('#compare-cell input')?.value ?? null,
+          lengths: ((p) => p && p.offsetParent && p.data && p.layout ? {title: p.layout.title?.text ?? null,
+            lines: p.data.map(t => [t.name, Array.from(t.y || []).map(v => +(+v).toPrecision(6))])} : null)(
+            document.querySelector('#compare-lengths .js-plotly-plot'))}; }"""
 # What a person sees of Inspect: the caption, the step, every picture, the answer and metrics tables, and
 # side A of the positional panel (the run's name, its PCA and similarity pictures, their note).
 INSPECT_STATE = """() => { const src = (sel) => { const i = document.querySelector(sel + ' img');

@@ -84,8 +84,8 @@ def test_compare_draws_the_picked_configuration_and_redraws_only_on_a_change(run
 
 
 def test_a_run_without_final_weights_is_left_out_not_a_traceback(runs, tmp_path):
-    """A finished run whose weights are gone (a fake trainer's, a damaged store's) is left out of the curve;
-    with no run left, the panel hides its plot."""
+    """A finished run whose weights are gone, or do not fit its model (a fake trainer's, a damaged store's), is
+    left out of the curve; with no run left, the panel hides its plot."""
     import shutil
 
     ctx, ids = runs
@@ -93,6 +93,10 @@ def test_a_run_without_final_weights_is_left_out_not_a_traceback(runs, tmp_path)
     shutil.copytree(ctx.store.path(ids["rnn"][0]), ctx.store.path(copies[0]))
     (ctx.store.path(copies[0]) / "weights.safetensors").unlink()
     (ctx.store.path(copies[0]) / "checkpoint.safetensors").unlink()
+    other = ctx.store.path(ids["transformer"][0])  # weights that do not fit the RNN's model (another's)
+    shutil.copytree(ctx.store.path(ids["rnn"][0]), ctx.store.path(f"{ids['rnn'][0][:-6]}f00d00"))
+    copies.append(f"{ids['rnn'][0][:-6]}f00d00")
+    shutil.copy(other / "weights.safetensors", ctx.store.path(copies[2]) / "weights.safetensors")
     try:
         rows = rows_of(ctx, copies)
         frame = length_frame(ctx.store, rows, copies, LengthCache())
@@ -100,4 +104,5 @@ def test_a_run_without_final_weights_is_left_out_not_a_traceback(runs, tmp_path)
         alone = render(ctx, Controls.of([None] * 4, copies[:1], "held-out loss", "step", 0.0, True, True), {})
         assert alone["lengths"].visible is False
     finally:
-        shutil.rmtree(ctx.store.path(copies[0]))
+        for r in (copies[0], copies[2]):
+            shutil.rmtree(ctx.store.path(r))

@@ -106,7 +106,11 @@ class LengthCache:
                 return self._entries[key]
         cfg = store.config(run_id)
         weights, _ = store.weights_at(run_id, None)
-        rows = accuracy_by_length(load_model(cfg, weights), cfg, per_length)  # outside the lock
+        try:
+            model = load_model(cfg, weights)
+        except RuntimeError as exc:  # weights of another shape than the config's model
+            raise DamagedRunError(f"run_id: {run_id!r}: its weights do not fit its config's model") from exc
+        rows = accuracy_by_length(model, cfg, per_length)  # outside the lock
         with self._lock:
             self.measured += 1
             self._entries[key] = rows

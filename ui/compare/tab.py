@@ -163,7 +163,7 @@ def _views() -> dict[str, Any]:
         "groups": gr.Dataframe(pd.DataFrame(columns=GROUP_COLS), interactive=False, visible=False,
                                label="Final metrics by group: mean [min, max] over seeds", elem_id="compare-groups"),
         "curves": gr.Plot(label="Selected runs", show_label=False, elem_id="compare-curves")}
-    with gr.Accordion("Accuracy by input length", open=False, elem_id="compare-lengths-panel"):
+    with gr.Accordion("Accuracy by input length", open=True, elem_id="compare-lengths-panel"):
         views["cell"] = gr.Dropdown([], value="", label="Configuration", elem_id="compare-cell", allow_custom_value=True,
                                     info="Picked runs whose task is scored on inputs longer than its training ones "
                                          "(finished runs; a configuration's seeds together).")
