@@ -182,7 +182,7 @@ def test_the_train_loss_is_smoothed_by_default_and_held_out_curves_never():
     with gr.Blocks():
         tab = build_compare_tab(AppContext(store=None, jobs=None))  # the widgets only: nothing is read
     found = {c.elem_id: c for c in _components(tab.tab)}
-    assert found["compare-smoothing"].value == SMOOTHING and tab.metric.value == ["train loss (batch)"]
+    assert found["compare-smoothing"].value == SMOOTHING and found["compare-metric"].value == ["train loss (batch)"]
 
 
 def _components(block) -> list:

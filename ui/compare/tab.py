@@ -40,14 +40,8 @@ DEFAULT_CURVES = ["train loss (batch)"]
 
 @dataclass
 class CompareTab:
-    """What other tabs drive: the selection, the curves shown, the grouping, a note above the curves, and the
-    request to open the tab on other runs (`opening`)."""
+    """The tab, and what other tabs drive: the request to open it on other runs (`opening`)."""
     tab: gr.Tab
-    pick: gr.Dropdown
-    metric: gr.Dropdown
-    group: gr.Checkbox
-    note: gr.Markdown
-    curves: gr.Plot
     asked: gr.State
 
     def opener(self, tabs: gr.Tabs) -> dict[str, Any]:
@@ -148,9 +142,9 @@ def _curve_controls() -> tuple[gr.Dropdown, gr.Radio, gr.Slider, gr.Checkbox, gr
     return metric, xaxis, smooth, diff_only, group
 
 
+# what /compare returns, in this order (a script reads them by position)
 OUTPUTS = ("table", "pick", "curves", "finals", "configs", "params", "stability", "bands", "groups", "files", "timer",
-           "note", "shown", "metric", "group", "cell", "lengths")  # what /compare returns, in this order (a script
-# reads them by position)
+           "note", "shown", "metric", "group", "cell", "lengths")
 
 
 def _views() -> dict[str, Any]:
@@ -247,4 +241,4 @@ def build_compare_tab(ctx: AppContext, note_source: Optional[NoteSource] = None)
     page = _lay_out(ctx)
     _wire_render(ctx, page, note_source)
     _wire_buttons(ctx, page)
-    return CompareTab(page.tab, page.pick, page.metric, page.group, page.note, page.views["curves"], page.asked)
+    return CompareTab(page.tab, page.asked)
