@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+# TransformerLens 4.x's wheel, for the virtual environment tests/test_transformer_lens_4x.py makes (4.x and the
+# 3.9 above cannot share one): fetched here, so that nothing is downloaded at test time
+python -m pip download --quiet --disable-pip-version-check --no-deps transformer-lens==4.3.0 -d .wheels
 # The browser tests drive Debian's Chromium through Playwright (Playwright cannot download a browser here).
 # The emoji font keeps the README screenshots free of empty boxes.
 need=""

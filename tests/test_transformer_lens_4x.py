@@ -1,7 +1,8 @@
 """The export to TransformerLens 4.x (lab/api/lens_export.py: a `TransformerBridge` from `boot_native`), checked
 against the real transformer-lens 4.3.0. The test environment holds 3.9.0 (requirements-dev.txt) and the two
 cannot share an environment, so this module makes a virtual environment that sees this one's packages
-(`--system-site-packages`) and installs 4.3.0 alone over them, then runs tests/lens_bridge_check.py there.
+(`--system-site-packages`) and installs 4.3.0 alone over them, from the wheel scripts/test.sh fetched into .wheels/,
+then runs tests/lens_bridge_check.py there.
 
 The same notebook as the 3.9 check (tests/lens_notebook.py) on a learned-position and a rotary model trained a few
 steps, and a cached run of every other setting the bridge expresses: every number and activation both name agree
@@ -23,7 +24,7 @@ from tests.lens_bridge_check import REFUSED, SETTINGS
 
 pytestmark = pytest.mark.app  # a virtual environment and a subprocess (tests/conftest.py, the tiers)
 REPO = Path(__file__).resolve().parents[1]
-VERSION = "4.3.0"
+VERSION = "4.3.0"  # as scripts/test.sh fetches it
 
 
 @pytest.fixture(scope="module")
@@ -33,8 +34,10 @@ def checked(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=300)
     py = venv / ("Scripts" if os.name == "nt" else "bin") / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    wheels = sorted((REPO / ".wheels").glob(f"transformer_lens-{VERSION}-*.whl"))
+    assert wheels, f"no transformer-lens {VERSION} wheel in .wheels/: `bash scripts/test.sh` fetches it"
     done = subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
-                           f"transformer-lens=={VERSION}"], env=env, capture_output=True, text=True, timeout=600)
+                           "--no-index", str(wheels[-1])], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     done = subprocess.run([str(py), "-m", "tests.lens_bridge_check"], cwd=REPO, env={**env, "PYTHONPATH": str(REPO)},
                           capture_output=True, text=True, timeout=600)
