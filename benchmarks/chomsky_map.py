@@ -60,9 +60,9 @@ def device() -> str:
 
 def block(out: dict, wall_s: float, full: bool, concurrent: int, note: str, at: str) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d")
-    flags = " --full" if full else ""
+    command = "python benchmarks/chomsky_map.py" + (" --full" if full else "") + f" --max-concurrent {concurrent}"
     states = {r["state"] for r in out["runs"]}
-    head = (f"Measured by `python benchmarks/chomsky_map.py{flags} --max-concurrent {concurrent}` ({when}, lab at "
+    head = (f"Measured by `{command}` ({when}, lab at "
             f"{at}, {os.cpu_count()} CPU cores, {platform.machine()}, {device()}): **{len(out['runs'])} runs "
             f"in {wall_s:,.0f} s** ({wall_s / 60:.1f} min), {concurrent} at a time, one thread each; runs "
             f"{', '.join(sorted(states))}. {note}").strip()

@@ -15,7 +15,7 @@ import pytest
 
 from lab.config import ModelConfig, RunConfig, TaskConfig, TrainConfig
 from lab.engine.store import RunStore
-from tests.browser import assert_no_errors, chromium, open_page, settle
+from tests.browser import assert_no_errors, choose, chromium, open_page, settle
 from tests.helpers import launch_app, trained_run
 from lab.views.curves import CURVES, X_AXES
 
@@ -131,6 +131,15 @@ def set_compare(page, st: dict, what: str) -> None:
         page.locator("#compare-group input").set_checked(st["group"])
 
 
+def same_cell(page, fresh) -> None:
+    """The length panel's configuration is a control too: the page keeps the one it shows while it stays among the
+    picked runs (a fresh page shows the first), so the fresh page is set to the page's, as a person would pick it."""
+    cell = "() => document.querySelector('#compare-cell input')?.value ?? null"
+    shown, offered = settle_both(page, fresh, cell)
+    if shown and shown != offered:
+        choose(fresh, "#compare-cell", shown)
+
+
 def open_tab(browser, url: str, name: str):
     page = open_page(browser, url, WAIT_MS)
     page.get_by_role("tab", name=name).click()
@@ -166,6 +175,7 @@ def test_compare_always_shows_what_a_fresh_page_shows_for_the_same_controls(view
             fresh = open_tab(browser, server.url, "Compare")
             for what in ("pick", "curves", "x", "smoothing", "group"):
                 set_compare(fresh, st, what)
+            same_cell(page, fresh)
             shown, expected = same_views(page, fresh, COMPARE_STATE)
             fresh.context.close()
             assert shown["curves"] is not None and expected["curves"] is not None
