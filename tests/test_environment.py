@@ -180,3 +180,37 @@ def test_app_queue_has_the_explicit_size(tmp_path, monkeypatch, zerogpu):
         assert demo._queue.max_size == default_queue_size() >= CLASS_EVENTS
     finally:
         jobs.shutdown(wait=True)
+
+
+def test_an_idle_queue_looks_for_work_at_the_apps_intervals_not_every_millisecond(tmp_path, monkeypatch):
+    """Gradio's queue, idle, looks for an event every 1 ms and for progress every 10 ms (about 8% of a core
+    on this machine: benchmarks/idle_server.py); the app's queue runs Gradio's own loops at its intervals."""
+    import asyncio
+
+    from gradio import queueing
+
+    from ui.app import IDLE_POLL_S, PROGRESS_POLL_S
+
+    store = RunStore(tmp_path / "runs")
+    jobs = JobManager(store, max_concurrent=1, mode="thread")
+    try:
+        queue = app.build_demo(store, jobs)._queue
+    finally:
+        jobs.shutdown(wait=True)
+    slept: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float, *args):
+        slept.append(seconds)
+        await real_sleep(0)
+
+    async def watch() -> None:  # Gradio's two idle loops, as launch() starts them, for 40 waits
+        monkeypatch.setattr(queueing.asyncio, "sleep", sleep)
+        loops = [asyncio.create_task(queue.start_processing()), asyncio.create_task(queue.start_progress_updates())]
+        while len(slept) < 40:
+            await real_sleep(0)
+        queue.stopped = True
+        await asyncio.gather(*loops)
+
+    asyncio.run(watch())
+    assert set(slept) == {IDLE_POLL_S, PROGRESS_POLL_S} and min(slept) >= 0.02, sorted(set(slept))

@@ -91,8 +91,23 @@ def build_demo(store: Optional[RunStore] = None, jobs: Optional[JobManager] = No
                   api_name="load_presets", api_visibility=PRIVATE)
     # an explicit size: on ZeroGPU Gradio would take max_size=1 and refuse a class ("Queue is full")
     demo.queue(default_concurrency_limit=8, max_size=default_queue_size())
+    quiet_when_idle(demo)
     demo.lab_context = ctx  # for tests and the launcher; not read by callbacks
     return demo
+
+
+# While no event waits, Gradio's queue looks for one every 1 ms and for progress to send every 10 ms
+# (gradio/queueing.py, Queue.sleep_when_free and progress_update_sleep_when_free, on Linux): an idle server spent
+# about a tenth of a core on that alone (benchmarks/idle_server.py), on a 2-core Space beside the training.
+# Every 20 ms and 100 ms: an event waits at most 20 ms more to start, and no event here reports progress.
+IDLE_POLL_S = 0.02
+PROGRESS_POLL_S = 0.1
+
+
+def quiet_when_idle(demo: gr.Blocks) -> None:
+    """Set the queue's idle polling intervals (after `demo.queue()`; `launch()` keeps its queue)."""
+    demo._queue.sleep_when_free = IDLE_POLL_S
+    demo._queue.progress_update_sleep_when_free = PROGRESS_POLL_S
 
 
 def blocked_paths(store: RunStore) -> list[str]:
