@@ -313,9 +313,16 @@ class Ran:
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread_and_pool_shut_down_after(one_thread, trained_folder):
+def one_thread_and_shared_trainings(one_thread, trained_folder):
     """Torch at one intra-op thread (tests/conftest.py) for the module, the session's shared trainings (ENV
-    names their folder); the pool shut down after it."""
+    names their folder)."""
+    yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def pool_shut_down_at_the_end():
+    """The pool lives as long as the test process: a worker takes this module's tests between other modules'
+    (tests/conftest.py), and a pool started again for each would import torch again each time."""
     yield
     while _POOL:
         _POOL.pop().shutdown()
