@@ -22,8 +22,6 @@ fi
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1
 # the linter first (ruff.toml: syntax errors, unused or undefined names, likely bugs): seconds, and it names the line
 python -m ruff check --quiet .
-# three workers (pytest-xdist) on the two cores: a browser test mostly waits for a page or the server, so a third
-# worker takes the core it leaves idle (tests/conftest.py runs trainings and browser modules in turn). A module's
-# tests run on one worker, so its app server and trainings stay shared by its tests; groups in tests/conftest.py's
-# order, not xdist's (most tests first)
-exec python -m pytest -n 3 --dist loadgroup --no-loadscope-reorder "$@"
+# two workers (pytest-xdist): a module's tests on one worker, so its app server and trainings stay
+# shared by their tests; modules in tests/conftest.py's order (longest tiers first), not xdist's (most tests first)
+exec python -m pytest -n 2 --dist loadgroup --no-loadscope-reorder "$@"

@@ -7,18 +7,15 @@ Every test belongs to one tier, by its marker (pytest.ini), so `pytest -m TIER` 
     browser  Chromium driving the real app
     science  full-size trainings that check the papers' results
 A unit test that starts the app, a program or a worker process fails at once, naming the marker it needs.
-With `-n 3 --dist loadgroup` (pytest-xdist: one worker runs a module's tests; each science test, a training of
-its own, goes to whichever worker is free), science tests and browser modules come first, taken in turn: a
-training keeps a core busy while a browser test mostly waits for a page or a server, so the three workers keep
-the two cores busy. The app tier follows, then the unit tier: the longest start first and the short ones fill
-the end.
+Modules are ordered science, browser, app, unit, so that with `-n 2 --dist loadgroup` (pytest-xdist: one
+worker runs a module's tests; each science test, a training of its own, goes to whichever worker is free)
+the longest start first and the short ones fill the end.
 
 The plain helpers they are built on (launch_app, app_context, tiny_config...) are in tests/helpers.py and
 the browser helpers in tests/browser.py; test modules import those, never one another.
 """
 from __future__ import annotations
 
-from itertools import zip_longest
 from pathlib import Path
 from typing import Iterator
 
@@ -27,7 +24,7 @@ import pytest
 from tests.helpers import AppServer, launch_app
 from tests.trained_once import session_folder
 
-TIERS = ("science", "browser", "app", "unit")  # longest first
+TIERS = ("science", "browser", "app", "unit")  # the order modules run in: longest first
 _running: dict[str, str] = {}  # "tier": the tier of the test being set up or run now
 
 
@@ -41,30 +38,25 @@ def tier_of(item: pytest.Item) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each unmarked test `unit`, and order the tests: science groups and browser modules in turn, then
-    the app tier, then the unit tier (each group's tests together and in their written order). First among the plugins' hooks: pytest-xdist's reads the
+    """Mark each unmarked test `unit`, and order the modules by tier (a stable sort keeps each module's
+    tests together and in their written order). First among the plugins' hooks: pytest-xdist's reads the
     `xdist_group` marks set here into the test ids its scheduler groups by (run after it, they were set too
     late, and a module's tests, its app server and trainings with them, were set up on both workers)."""
-    groups: dict[str, list[pytest.Item]] = {}
-    tiers: dict[str, str] = {}
+    rank: dict[str, int] = {}
     for item in items:
         tier, module = tier_of(item), item.nodeid.split("::")[0]
         if tier == "unit" and item.get_closest_marker("unit") is None:
             item.add_marker(pytest.mark.unit)
         # one worker runs a module's tests in order (its module fixtures, an app server among them, start once);
-        # a science test is a training of its own, so the workers share a module of them, except the tests
+        # a science test is a training of its own, so the two workers share a module of them, except the tests
         # that read one shared training (tests/trained_once.py), which run one after another on one worker:
         # the first trains it while the other worker goes on with other tests, instead of waiting for it
         shares = item.get_closest_marker("shares_training")
         group = f"training:{shares.args[0]}" if shares else item.nodeid if tier == "science" else module
         item.add_marker(pytest.mark.xdist_group(group))
-        groups.setdefault(group, []).append(item)
-        tiers[group] = min(tiers.get(group, tier), tier, key=TIERS.index)  # a module's longest tier
+        rank[module] = min(rank.get(module, len(TIERS)), TIERS.index(tier))
         item.user_properties.append(("tier", tier))  # in --junitxml's report (benchmarks/test_suite.py reads it)
-    by_tier = {t: [g for g in groups if tiers[g] == t] for t in TIERS}
-    science, browser = by_tier["science"], by_tier["browser"]
-    taken_in_turn = [g for pair in zip_longest(science, browser) for g in pair if g is not None]
-    items[:] = [it for g in taken_in_turn + by_tier["app"] + by_tier["unit"] for it in groups[g]]
+    items.sort(key=lambda it: rank[it.nodeid.split("::")[0]])
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -112,7 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     """One launched app shared by the session's tests that need no store of their own: the gradio_client
-    tests and the browser tests that read only what they did (with `-n 3`, one per worker)."""
+    tests and the browser tests that read only what they did (with `-n 2`, one per worker)."""
     with launch_app(tmp_path_factory.mktemp("app")) as server:
         yield server
 

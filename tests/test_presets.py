@@ -265,8 +265,8 @@ _POOL: list = []
 
 def pool():
     """Worker processes, one per core this test process has to itself: a preset's runs train side by side,
-    each exactly as it would alone (seeded, 1 thread). Under pytest-xdist the other workers share the
-    cores, so one process (two would leave the browser tests' servers a third of a core each)."""
+    each exactly as it would alone (seeded, 1 thread). Under `-n 2` the other core is the other worker's,
+    so one process (two would leave the browser tests' servers a third of a core each)."""
     if not _POOL:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
