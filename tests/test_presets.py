@@ -321,8 +321,9 @@ def one_thread_and_shared_trainings(one_thread, trained_folder):
 
 @pytest.fixture(autouse=True, scope="session")
 def pool_shut_down_at_the_end():
-    """The pool lives as long as the test process: a worker takes this module's tests between other modules'
-    (tests/conftest.py), and a pool started again for each would import torch again each time."""
+    """The pool lives as long as the test process: each science test is a group of its own (tests/conftest.py), so a
+    worker can take another module's tests between two of these, and a pool started again each time would import
+    torch again each time."""
     yield
     while _POOL:
         _POOL.pop().shutdown()
