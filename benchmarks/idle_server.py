@@ -19,7 +19,7 @@ import urllib.request
 from datetime import datetime, timezone
 from pathlib import Path
 
-from procstats import cpu_seconds
+from procstats import cpu_seconds, family
 from results import free_port, write_block
 
 REPO = Path(__file__).resolve().parents[1]
@@ -27,24 +27,6 @@ START, END = "<!-- idle_server:start -->", "<!-- idle_server:end -->"
 # the app as it is, and the app with Gradio's idle polling intervals put back before build_demo reads them
 AS_IS = "import ui.app as a; a.main()"
 GRADIO_DEFAULT = "import ui.app as a; a.IDLE_POLL_S, a.PROGRESS_POLL_S = 0.001, 0.01; a.main()"
-
-
-def family(pid: int) -> list[int]:
-    """`pid` and every live process below it (from /proc)."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as fh:
-                    parents[int(entry)] = int(fh.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                pass
-    found, grew = {pid}, True
-    while grew:
-        more = {p for p, pp in parents.items() if pp in found} - found
-        found |= more
-        grew = bool(more)
-    return sorted(found)
 
 
 def idle_cpu(code: str, seconds: float, warm_s: float) -> tuple[float, float, int]:
@@ -65,7 +47,7 @@ def idle_cpu(code: str, seconds: float, warm_s: float) -> tuple[float, float, in
             else:
                 raise SystemExit("the app did not answer within 2 minutes")
             time.sleep(warm_s)  # the spare training workers start a few seconds after the page is up
-            pids = family(proc.pid)
+            pids = sorted(family(proc.pid))
             before = {p: cpu_seconds(p) for p in pids}
             time.sleep(seconds)
             used = {p: cpu_seconds(p) - before[p] for p in pids}

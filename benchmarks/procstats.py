@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 
 
-def tree_rss(root_pid: int) -> tuple[int, int]:
-    """(RSS of root_pid, RSS of it and all its descendants) in bytes, from /proc."""
-    parents: dict[int, int] = {}
-    rss: dict[int, int] = {}
+def _stats() -> dict[int, tuple[int, int]]:
+    """Every live process: pid -> (parent pid, RSS in bytes), from /proc."""
+    found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -19,14 +18,26 @@ def tree_rss(root_pid: int) -> tuple[int, int]:
                 pages = int(fh.read().split()[1])
         except (OSError, IndexError, ValueError):
             continue
-        parents[int(entry)] = int(fields[1])
-        rss[int(entry)] = pages * os.sysconf("SC_PAGE_SIZE")
-    family, grew = {root_pid}, True
+        found[int(entry)] = (int(fields[1]), pages * os.sysconf("SC_PAGE_SIZE"))
+    return found
+
+
+def family(root_pid: int, stats: dict[int, tuple[int, int]] | None = None) -> set[int]:
+    """root_pid and all its live descendants."""
+    stats = _stats() if stats is None else stats
+    found, grew = {root_pid}, True
     while grew:
-        more = {p for p, pp in parents.items() if pp in family} - family
-        family |= more
+        more = {p for p, (pp, _) in stats.items() if pp in found} - found
+        found |= more
         grew = bool(more)
-    return rss.get(root_pid, 0), sum(rss.get(p, 0) for p in family)
+    return found
+
+
+def tree_rss(root_pid: int) -> tuple[int, int]:
+    """(RSS of root_pid, RSS of it and all its descendants) in bytes, from /proc."""
+    stats = _stats()
+    rss = {p: r for p, (_, r) in stats.items()}
+    return rss.get(root_pid, 0), sum(rss.get(p, 0) for p in family(root_pid, stats))
 
 
 def cpu_seconds(pid: int) -> float:
