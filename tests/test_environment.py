@@ -183,7 +183,7 @@ def test_app_queue_has_the_explicit_size(tmp_path, monkeypatch, zerogpu):
 
 
 def test_an_idle_queue_looks_for_work_at_the_apps_intervals_not_every_millisecond(tmp_path, monkeypatch):
-    """Gradio's queue, idle, looks for an event every 1 ms and for progress every 10 ms (about 8% of a core
+    """Gradio's queue, idle, looks for an event every 1 ms and for progress every 10 ms (about 6% of a core
     on this machine: benchmarks/idle_server.py); the app's queue runs Gradio's own loops at its intervals."""
     import asyncio
     import threading

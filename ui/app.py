@@ -98,7 +98,7 @@ def build_demo(store: Optional[RunStore] = None, jobs: Optional[JobManager] = No
 
 # While no event waits, Gradio's queue looks for one every 1 ms and for progress to send every 10 ms
 # (gradio/queueing.py, Queue.sleep_when_free and progress_update_sleep_when_free, on Linux): an idle server spent
-# about a tenth of a core on that alone (benchmarks/idle_server.py), on a 2-core Space beside the training.
+# about 6% of a core on that alone, 1.2% after (benchmarks/idle_server.py), on a 2-core Space beside the training.
 # Every 20 ms and 100 ms: an event waits at most 20 ms more to start, and no event here reports progress.
 IDLE_POLL_S = 0.02
 PROGRESS_POLL_S = 0.1
