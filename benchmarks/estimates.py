@@ -75,16 +75,17 @@ def cpu_ticks(pids: list[int]) -> int:
 
 
 class App:
-    """`python app.py` with its own store; `warm()` waits until its spare training processes are idle."""
+    """`python app.py` (or `python ARGV...`) with its own store; `wait()` returns once it answers and its spare
+    training processes are idle."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, argv: tuple[str, ...] = ("app.py",)) -> None:
         self.port, self.runs = free_port(), folder / "runs"
         self.url = f"http://127.0.0.1:{self.port}"
         env = dict(os.environ, LAB_RUNS_DIR=str(self.runs), GRADIO_SERVER_PORT=str(self.port),
                    GRADIO_SERVER_NAME="127.0.0.1", GRADIO_ANALYTICS_ENABLED="False", PYTHONUNBUFFERED="1")
         self.log = folder / "server.log"
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=env, stdout=log,
+            self.proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, env=env, stdout=log,
                                          stderr=subprocess.STDOUT)
 
     def wait(self, timeout: float = 300.0) -> None:
