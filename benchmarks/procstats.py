@@ -1,5 +1,5 @@
-"""What the load test reads about the server's process: its memory and CPU time from /proc, and the
-tracebacks in its log."""
+"""What the benchmarks read about processes from /proc: a server's memory and CPU time, the CPU a process
+tree spent by kind of process (`CpuLedger`), and the tracebacks in a server's log."""
 from __future__ import annotations
 
 import os
@@ -48,6 +48,45 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+class CpuLedger:
+    """The CPU time a process tree spends, by process: `sample()` (every second or so) records each live
+    descendant's command line and CPU seconds so far, and `by_kind` sums them by the kind `classify` names.
+    A process is counted up to its last sample, so a process that lives less than a sampling interval, or the
+    last interval of one that exits, is missed: the sums are a little low."""
+
+    def __init__(self, root_pid: int) -> None:
+        self.root_pid = root_pid
+        self.seen: dict[int, tuple[str, float]] = {}  # pid -> (command line, CPU seconds at its last sample)
+
+    def sample(self) -> None:
+        for pid in family(self.root_pid):
+            cmd = self.seen[pid][0] if pid in self.seen else _command_line(pid)
+            self.seen[pid] = (cmd, max(cpu_seconds(pid), self.seen.get(pid, ("", 0.0))[1]))
+
+    def by_kind(self, classify) -> dict[str, tuple[int, float]]:  # type: ignore[no-untyped-def]
+        """kind -> (processes, CPU seconds), for `classify(command line) -> kind`."""
+        out: dict[str, tuple[int, float]] = {}
+        for cmd, spent in self.seen.values():
+            n, total = out.get(classify(cmd), (0, 0.0))
+            out[classify(cmd)] = (n + 1, total + spent)
+        return out
+
+
+def _command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def busy_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine since boot, from /proc/stat (idle and iowait are not busy)."""
+    with open("/proc/stat") as fh:
+        ticks = [int(v) for v in fh.readline().split()[1:9]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
 def server_tracebacks(log: str) -> tuple[list[str], list[str]]:

@@ -1,9 +1,13 @@
 """How long the README's whole test command takes, by tier: `python benchmarks/test_suite.py` runs
 `bash scripts/test.sh` with a JUnit report and writes the wall time, the test count and each tier's summed
 test time (setup and teardown included: an app server or a training is set up in its module's first test)
-into RESULTS.md. `--junit FILE --wall SECONDS` records a run made already (a clean clone, say).
+into RESULTS.md, with how busy the machine's cores were and where the CPU went by kind of process (Chromium,
+the app servers the tests start, trainings...: every process the command started, sampled from /proc each
+second). `--junit FILE --wall SECONDS` records a run made already (a clean clone, say), without the CPU.
 
 The sums add up both pytest-xdist workers, so they are about twice the wall time; CI's limit is on the wall.
+With both cores busy nearly all the time, the wall time is the CPU the tests spend over two: a test's waits
+cost nothing while the other worker computes, and only less CPU makes the suite shorter.
 """
 from __future__ import annotations
 
@@ -12,12 +16,14 @@ import collections
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from procstats import CpuLedger, busy_ticks  # noqa: E402
 from results import write_block  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,6 +48,50 @@ def read_report(path: Path) -> tuple[dict[str, float], dict[str, int], dict[str,
     return dict(seconds), dict(counts), dict(modules), failed
 
 
+# the kinds of process a test run starts, by a word of their command line (first match)
+KINDS = (("lab.engine.worker", "the apps' training workers"), ("app.py", "the app servers tests start"),
+         ("chrom", "Chromium"), ("playwright", "Chromium"), ("multiprocessing", "spawned Python processes (mostly the science tests' training pools)"),
+         ("-m lab", "the command line (`python -m lab`)"), ("pip", "pip installs"), ("ray", "Ray"),
+         ("ipykernel", "notebooks"), ("jupyter", "notebooks"), ("pytest", "pytest and its workers (in-process tests)"),
+         ("exec(eval(", "pytest and its workers (in-process tests)"))
+
+
+def kind_of(cmd: str) -> str:
+    return next((kind for word, kind in KINDS if word in cmd), "other")
+
+
+def run_sampled(cmd: list[str]) -> tuple[float, CpuLedger, float]:
+    """Run `cmd` in the repository, sampling its processes' CPU each second: (wall s, the ledger, the share
+    of the machine's cores busy over the run, from /proc/stat: other work on the machine counts too)."""
+    busy0, total0 = busy_ticks()
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=REPO)
+    ledger, done = CpuLedger(proc.pid), threading.Event()
+
+    def watch() -> None:
+        while not done.wait(1.0):
+            ledger.sample()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    proc.wait()
+    done.set()
+    watcher.join()
+    busy1, total1 = busy_ticks()
+    return time.monotonic() - t0, ledger, (busy1 - busy0) / max(1, total1 - total0)
+
+
+def cpu_table(ledger: CpuLedger, busy: float, wall_s: float) -> str:
+    kinds = ledger.by_kind(kind_of)
+    spent = sum(s for _, s in kinds.values())
+    lines = ["", f"The cores were {100 * busy:.0f}% busy over the run. Where the CPU went "
+             f"({spent:.0f} s in all, {spent / wall_s:.2f} cores on average; sampled each second, so a little low):", "",
+             "| processes | count | CPU s | share |", "|---|---:|---:|---:|"]
+    lines += [f"| {k} | {n} | {s:.0f} | {100 * s / max(spent, 1e-9):.0f}% |"
+              for k, (n, s) in sorted(kinds.items(), key=lambda kv: -kv[1][1])]
+    return "\n".join(lines)
+
+
 def table(wall_s: float, report: Path, note: str) -> str:
     seconds, counts, modules, failed = read_report(report)
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -61,16 +111,16 @@ def main() -> None:
     ap.add_argument("--wall", type=float, help="that run's wall time in seconds")
     ap.add_argument("--note", default="", help="the machine and its load, as a sentence")
     args = ap.parse_args()
+    cpu = ""
     if args.junit is None:
         report = Path(tempfile.mkdtemp()) / "junit.xml"
-        t0 = time.monotonic()
-        subprocess.run(["bash", "scripts/test.sh", "-q", f"--junitxml={report}"], cwd=REPO, check=False)
-        wall = time.monotonic() - t0
+        wall, ledger, busy = run_sampled(["bash", "scripts/test.sh", "-q", f"--junitxml={report}"])
+        cpu = cpu_table(ledger, busy, wall)
     else:
         report, wall = args.junit, args.wall
         if wall is None:
             ap.error("--junit needs --wall")
-    text = table(wall, report, args.note)
+    text = table(wall, report, args.note) + cpu
     write_block(START, END, text)
     print(text)
 
