@@ -84,7 +84,7 @@ def run_sampled(cmd: list[str]) -> tuple[float, CpuLedger, float]:
 def cpu_table(ledger: CpuLedger, busy: float, wall_s: float) -> str:
     kinds = ledger.by_kind(kind_of)
     spent = sum(s for _, s in kinds.values())
-    lines = ["", f"The cores were {100 * busy:.0f}% busy over the run. Where the CPU went "
+    lines = ["", "", f"The cores were {100 * busy:.0f}% busy over the run. Where the CPU went "
              f"({spent:.0f} s in all, {spent / wall_s:.2f} cores on average; sampled each second, so a little low):", "",
              "| processes | count | CPU s | share |", "|---|---:|---:|---:|"]
     lines += [f"| {k} | {n} | {s:.0f} | {100 * s / max(spent, 1e-9):.0f}% |"
