@@ -62,15 +62,16 @@ class CpuLedger:
 
     def sample(self) -> None:
         for pid in family(self.root_pid):
-            cmd = self.seen[pid][0] if pid in self.seen else _command_line(pid)
-            self.seen[pid] = (cmd, max(cpu_seconds(pid), self.seen.get(pid, ("", 0.0))[1]))
+            cmd, before = self.seen.get(pid) or (_command_line(pid), 0.0)
+            self.seen[pid] = (cmd, max(cpu_seconds(pid), before))
 
     def by_kind(self, classify) -> dict[str, tuple[int, float]]:  # type: ignore[no-untyped-def]
         """kind -> (processes, CPU seconds), for `classify(command line) -> kind`."""
         out: dict[str, tuple[int, float]] = {}
         for cmd, spent in self.seen.values():
-            n, total = out.get(classify(cmd), (0, 0.0))
-            out[classify(cmd)] = (n + 1, total + spent)
+            kind = classify(cmd)
+            n, total = out.get(kind, (0, 0.0))
+            out[kind] = (n + 1, total + spent)
         return out
 
 

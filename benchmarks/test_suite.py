@@ -49,11 +49,12 @@ def read_report(path: Path) -> tuple[dict[str, float], dict[str, int], dict[str,
 
 
 # the kinds of process a test run starts, by a word of their command line (first match)
+PYTEST = "pytest and its workers (in-process tests)"
 KINDS = (("lab.engine.worker", "the apps' training workers"), ("app.py", "the app servers tests start"),
-         ("chrom", "Chromium"), ("playwright", "Chromium"), ("multiprocessing", "spawned Python processes (mostly the science tests' training pools)"),
+         ("chrom", "Chromium"), ("playwright", "Chromium"),
+         ("multiprocessing", "spawned Python processes (mostly the science tests' training pools)"),
          ("-m lab", "the command line (`python -m lab`)"), ("pip", "pip installs"), ("ray", "Ray"),
-         ("ipykernel", "notebooks"), ("jupyter", "notebooks"), ("pytest", "pytest and its workers (in-process tests)"),
-         ("exec(eval(", "pytest and its workers (in-process tests)"))
+         ("ipykernel", "notebooks"), ("jupyter", "notebooks"), ("pytest", PYTEST), ("exec(eval(", PYTEST))
 
 
 def kind_of(cmd: str) -> str:
