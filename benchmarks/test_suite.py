@@ -5,14 +5,15 @@ into RESULTS.md, with how busy the machine's cores were and where the CPU went b
 the app servers the tests start, trainings...: every process the command started, sampled from /proc each
 second). `--junit FILE --wall SECONDS` records a run made already (a clean clone, say), without the CPU.
 
-The sums add up both pytest-xdist workers, so they are about twice the wall time; CI's limit is on the wall.
-With both cores busy nearly all the time, the wall time is the CPU the tests spend over two: a test's waits
-cost nothing while the other worker computes, and only less CPU makes the suite shorter.
+The sums add up every pytest-xdist worker, so they exceed the wall time; CI's limit is on the wall. With
+every core busy nearly all the time, the wall time is the CPU the tests spend over the cores: a test's waits
+cost nothing while another worker computes, and only less CPU makes the suite shorter.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import re
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,12 @@ def read_report(path: Path) -> tuple[dict[str, float], dict[str, int], dict[str,
         modules[parts[1] if len(parts) > 1 and parts[0] == "tests" else parts[-1]] += spent
         failed += any(child.tag in ("failure", "error") for child in case)
     return dict(seconds), dict(counts), dict(modules), failed
+
+
+def workers() -> str:
+    """The number of workers scripts/test.sh asks pytest-xdist for (`-n N`)."""
+    found = re.search(r"pytest -n (\d+)", (REPO / "scripts" / "test.sh").read_text())
+    return found.group(1) if found else "?"
 
 
 # the kinds of process a test run starts, by a word of their command line (first match)
@@ -98,7 +105,7 @@ def table(wall_s: float, report: Path, note: str) -> str:
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [f"## The whole test suite (`python benchmarks/test_suite.py`, {when})", "",
              f"`bash scripts/test.sh`: **{wall_s / 60:.1f} min** wall for {sum(counts.values())} tests "
-             f"({failed} failed), on two pytest-xdist workers. {note}", "",
+             f"({failed} failed), on {workers()} pytest-xdist workers. {note}", "",
              "| tier | tests | summed test time (s) |", "|---|---:|---:|"]
     lines += [f"| {t} | {counts.get(t, 0)} | {seconds.get(t, 0.0):.0f} |" for t in TIERS]
     lines += ["", "The ten modules with the most summed time:", "", "| module | s |", "|---|---:|"]

@@ -46,7 +46,7 @@ CURVES = """(sel) => { const g = document.querySelector(sel + ' .js-plotly-plot'
 
 
 class _Session:
-    """One Playwright and one headless Chromium for the test process (a worker of `-n 2` has its own),
+    """One Playwright and one headless Chromium for the test process (each pytest-xdist worker has its own),
     launched at the first browser test and closed when the process exits: each test opens its own
     contexts (own cookies and localStorage), which close when its `with chromium()` ends."""
 

@@ -104,7 +104,7 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session")
 def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     """One launched app shared by the session's tests that need no store of their own: the gradio_client
-    tests and the browser tests that read only what they did (with `-n 2`, one per worker)."""
+    tests and the browser tests that read only what they did (one per pytest-xdist worker)."""
     with launch_app(tmp_path_factory.mktemp("app")) as server:
         yield server
 
